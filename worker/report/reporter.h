@@ -1,0 +1,59 @@
+// What a training rank tells the outside world while it runs.
+//
+// The training loop calls a Reporter; `LogReporter` (always) writes to the rank's log, and the
+// coordinator client (worker/report/coordinator_client.h) streams the same records to adctld
+// over adctl.v1.WorkerService. Torch-free on purpose. Implementations must be thread-safe: the
+// training thread and a heartbeat thread may call them concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace adctl {
+
+// One optimizer step as seen by one rank. Loss is the mean over ranks (identical on every rank).
+struct StepReport {
+  int64_t step = 0;                 // optimizer steps done, 1-based after the first step
+  int64_t total_steps = 0;
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;
+  double step_seconds = 0;          // wall time of this optimizer step on this rank
+  double data_wait_seconds = 0;     // time spent waiting for the next batch
+  double allreduce_exposed_seconds = 0;  // all-reduce time not overlapped with backward
+  double clips_per_second = 0;      // global: clips of all ranks per second of this step
+  int64_t samples_seen = 0;         // global clips consumed so far
+  int64_t peak_memory_bytes = 0;    // device memory high-water mark (0 on CPU)
+};
+
+struct CheckpointReport {
+  int64_t step = 0;
+  std::string path;                 // committed directory
+  int64_t size_bytes = 0;
+  double save_seconds = 0;
+};
+
+enum class EventLevel { kInfo, kWarning, kError };
+
+class Reporter {
+ public:
+  virtual ~Reporter() = default;
+  // After model load and rendezvous, before the first step; `resumed_from_step` is 0 on a fresh
+  // start.
+  virtual void OnTrainingStarted(int64_t resumed_from_step, int64_t total_steps) = 0;
+  virtual void OnStep(const StepReport& report) = 0;
+  virtual void OnCheckpoint(const CheckpointReport& report) = 0;
+  virtual void OnEvent(EventLevel level, const std::string& message) = 0;
+  // True once the coordinator asked this rank to stop (pause/cancel); the loop then
+  // checkpoints and exits with kExitPreempted. SIGTERM sets the same flag locally.
+  virtual bool StopRequested() = 0;
+};
+
+// Sends every record to each of `sinks` (e.g. the log and the coordinator).
+std::unique_ptr<Reporter> MakeFanOutReporter(std::vector<std::unique_ptr<Reporter>> sinks);
+// Writes records to spdlog; StopRequested() is false (signals are handled by the loop).
+std::unique_ptr<Reporter> MakeLogReporter(int rank);
+
+}  // namespace adctl
