@@ -1,0 +1,809 @@
+#include "server/store/store.h"
+
+#include <chrono>
+#include <memory>
+#include <sstream>
+
+namespace adctl {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+// Versioned schema. Append a migration, never edit one that shipped: the index + 1 is the
+// PRAGMA user_version a database has after applying it.
+const char* const kMigrations[] = {
+    // 1: the initial schema.
+    R"sql(
+CREATE TABLE jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  submission_id TEXT,
+  spec_yaml TEXT NOT NULL,
+  token TEXT NOT NULL,
+  job_dir TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  gpus INTEGER NOT NULL,
+  priority INTEGER NOT NULL,
+  attempt INTEGER NOT NULL DEFAULT 0,
+  restarts INTEGER NOT NULL DEFAULT 0,
+  max_restarts INTEGER NOT NULL,
+  grace_seconds REAL NOT NULL,
+  submitted_at REAL NOT NULL,
+  started_at REAL NOT NULL DEFAULT 0,
+  finished_at REAL NOT NULL DEFAULT 0,
+  message TEXT NOT NULL DEFAULT '',
+  devices TEXT NOT NULL DEFAULT '',
+  step INTEGER NOT NULL DEFAULT 0,
+  total_steps INTEGER NOT NULL DEFAULT 0,
+  loss REAL NOT NULL DEFAULT 0,
+  clips_per_second REAL NOT NULL DEFAULT 0,
+  step_seconds REAL NOT NULL DEFAULT 0,
+  last_checkpoint_step INTEGER NOT NULL DEFAULT 0,
+  progress_updated_at REAL NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX jobs_submission_id ON jobs(submission_id) WHERE submission_id IS NOT NULL;
+CREATE INDEX jobs_state ON jobs(state);
+
+CREATE TABLE attempts (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt INTEGER NOT NULL,
+  world_size INTEGER NOT NULL,
+  devices TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  ended_at REAL NOT NULL DEFAULT 0,
+  end_reason TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, attempt)
+);
+
+CREATE TABLE ranks (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  pgid INTEGER NOT NULL,
+  pgid_start_time INTEGER NOT NULL,
+  worker_pid INTEGER NOT NULL DEFAULT 0,
+  host TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  exited INTEGER NOT NULL DEFAULT 0,
+  exit_code INTEGER NOT NULL DEFAULT 0,
+  exit_signal INTEGER NOT NULL DEFAULT 0,
+  last_heartbeat REAL NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, attempt, rank),
+  FOREIGN KEY (job_id, attempt) REFERENCES attempts(job_id, attempt) ON DELETE CASCADE
+);
+
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt INTEGER NOT NULL,
+  time REAL NOT NULL,
+  kind TEXT NOT NULL,
+  from_state INTEGER,
+  to_state INTEGER,
+  level TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX events_job ON events(job_id, id);
+
+CREATE TABLE metrics (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  total_steps INTEGER NOT NULL,
+  time REAL NOT NULL,
+  loss REAL NOT NULL,
+  learning_rate REAL NOT NULL,
+  grad_norm REAL NOT NULL,
+  step_seconds REAL NOT NULL,
+  data_wait_seconds REAL NOT NULL,
+  allreduce_exposed_seconds REAL NOT NULL,
+  clips_per_second REAL NOT NULL,
+  samples_seen INTEGER NOT NULL,
+  peak_memory_bytes INTEGER NOT NULL,
+  UNIQUE (job_id, attempt, rank, step)
+);
+CREATE INDEX metrics_job ON metrics(job_id, id);
+
+CREATE TABLE checkpoints (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  save_seconds REAL NOT NULL,
+  created_at REAL NOT NULL,
+  PRIMARY KEY (job_id, step)
+);
+
+CREATE TABLE kv (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value BLOB NOT NULL,
+  PRIMARY KEY (job_id, attempt, key)
+);
+)sql",
+};
+
+std::string JoinDevices(const std::vector<std::string>& devices) {
+  std::string out;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (i) out += ",";
+    out += devices[i];
+  }
+  return out;
+}
+
+std::vector<std::string> SplitDevices(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// A prepared statement with positional binds; finalised on destruction.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Status prepare_status() const {
+    if (rc_ == SQLITE_OK) return Status::Ok();
+    return Internal(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
+  }
+  Stmt& Bind(const std::string& v) {
+    sqlite3_bind_text(stmt_, ++index_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(const char* v) { return Bind(std::string(v)); }
+  Stmt& BindBlob(const std::string& v) {
+    sqlite3_bind_blob(stmt_, ++index_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int64_t v) {
+    sqlite3_bind_int64(stmt_, ++index_, v);
+    return *this;
+  }
+  Stmt& Bind(int v) { return Bind(static_cast<int64_t>(v)); }
+  Stmt& Bind(double v) {
+    sqlite3_bind_double(stmt_, ++index_, v);
+    return *this;
+  }
+  Stmt& BindNull() {
+    sqlite3_bind_null(stmt_, ++index_);
+    return *this;
+  }
+  // SQLITE_ROW → true, SQLITE_DONE → false; anything else is an error.
+  Result<bool> Step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return Internal(std::string("sqlite: ") + sqlite3_errmsg(db_));
+  }
+  Status Run() {
+    auto r = Step();
+    return r.ok() ? Status::Ok() : r.status();
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) const { return sqlite3_column_double(stmt_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::string Text(int col) const {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+  int index_ = 0;
+};
+
+#define ADCTL_ASSIGN_ROW(var, expr)                     \
+  auto var##_result = (expr);                           \
+  if (!var##_result.ok()) return var##_result.status(); \
+  bool var = var##_result.value()
+
+// Rolls back unless committed.
+class Txn {
+ public:
+  explicit Txn(sqlite3* db) : db_(db) {
+    ok_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~Txn() {
+    if (ok_ && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Status begin_status() const {
+    return ok_ ? Status::Ok() : Internal(std::string("sqlite begin: ") + sqlite3_errmsg(db_));
+  }
+  Status Commit() {
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return Internal(std::string("sqlite commit: ") + sqlite3_errmsg(db_));
+    }
+    committed_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+  bool committed_ = false;
+};
+
+const char kJobColumns[] =
+    "id, seq, name, submission_id, spec_yaml, token, job_dir, state, gpus, priority, attempt, "
+    "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
+    "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
+    "progress_updated_at";
+
+JobRecord ReadJob(const Stmt& s) {
+  JobRecord j;
+  j.id = s.Text(0);
+  j.seq = s.Int(1);
+  j.name = s.Text(2);
+  j.submission_id = s.IsNull(3) ? "" : s.Text(3);
+  j.spec_yaml = s.Text(4);
+  j.token = s.Text(5);
+  j.job_dir = s.Text(6);
+  j.state = static_cast<JobState>(s.Int(7));
+  j.gpus = static_cast<int>(s.Int(8));
+  j.priority = static_cast<int>(s.Int(9));
+  j.attempt = static_cast<int>(s.Int(10));
+  j.restarts = static_cast<int>(s.Int(11));
+  j.max_restarts = static_cast<int>(s.Int(12));
+  j.grace_seconds = s.Double(13);
+  j.submitted_at = s.Double(14);
+  j.started_at = s.Double(15);
+  j.finished_at = s.Double(16);
+  j.message = s.Text(17);
+  j.devices = SplitDevices(s.Text(18));
+  j.progress.step = s.Int(19);
+  j.progress.total_steps = s.Int(20);
+  j.progress.loss = s.Double(21);
+  j.progress.clips_per_second = s.Double(22);
+  j.progress.step_seconds = s.Double(23);
+  j.progress.last_checkpoint_step = s.Int(24);
+  j.progress.updated_at = s.Double(25);
+  return j;
+}
+
+Result<std::vector<JobRecord>> CollectJobs(Stmt& s) {
+  std::vector<JobRecord> out;
+  while (true) {
+    auto row = s.Step();
+    if (!row.ok()) return row.status();
+    if (!row.value()) break;
+    out.push_back(ReadJob(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Unavailable("cannot open database " + path + ": " + msg);
+  }
+  std::unique_ptr<Store> store(new Store(db));
+  sqlite3_busy_timeout(db, 5000);
+  ADCTL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  ADCTL_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  ADCTL_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
+  ADCTL_RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+Status Store::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Internal("sqlite: " + msg);
+  }
+  return Status::Ok();
+}
+
+Status Store::Migrate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int version = 0;
+  {
+    Stmt s(db_, "PRAGMA user_version");
+    ADCTL_RETURN_IF_ERROR(s.prepare_status());
+    auto row = s.Step();
+    if (!row.ok()) return row.status();
+    version = static_cast<int>(s.Int(0));
+  }
+  const int latest = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
+  if (version > latest) {
+    return FailedPrecondition("database schema version " + std::to_string(version) +
+                              " is newer than this adctld (" + std::to_string(latest) + ")");
+  }
+  for (int v = version; v < latest; ++v) {
+    Txn txn(db_);
+    ADCTL_RETURN_IF_ERROR(txn.begin_status());
+    ADCTL_RETURN_IF_ERROR(Exec(kMigrations[v]));
+    ADCTL_RETURN_IF_ERROR(Exec("PRAGMA user_version=" + std::to_string(v + 1)));
+    ADCTL_RETURN_IF_ERROR(txn.Commit());
+  }
+  schema_version_ = latest;
+  return Status::Ok();
+}
+
+Status Store::InsertJob(const JobRecord& j) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  Stmt s(db_,
+         "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
+         "priority, max_restarts, grace_seconds, submitted_at, message) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(j.id).Bind(j.name);
+  if (j.submission_id.empty()) {
+    s.BindNull();
+  } else {
+    s.Bind(j.submission_id);
+  }
+  s.Bind(j.spec_yaml).Bind(j.token).Bind(j.job_dir).Bind(static_cast<int>(j.state));
+  s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
+  s.Bind(j.submitted_at).Bind(j.message);
+  ADCTL_RETURN_IF_ERROR(s.Run());
+  EventRecord e;
+  e.job_id = j.id;
+  e.time = j.submitted_at;
+  e.kind = "submitted";
+  e.to_state = j.state;
+  e.message =
+      "submitted: " + std::to_string(j.gpus) + " rank(s), priority " + std::to_string(j.priority);
+  auto id = AddEventLocked(e);
+  if (!id.ok()) return id.status();
+  return txn.Commit();
+}
+
+Result<JobRecord> Store::GetJobLocked(const std::string& id) {
+  Stmt s(db_, (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?").c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(id);
+  auto row = s.Step();
+  if (!row.ok()) return row.status();
+  if (!row.value()) return NotFound("job " + id + ": not found");
+  return ReadJob(s);
+}
+
+Result<JobRecord> Store::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return GetJobLocked(id);
+}
+
+Result<std::optional<JobRecord>> Store::FindJobBySubmissionId(const std::string& sid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         (std::string("SELECT ") + kJobColumns + " FROM jobs WHERE submission_id = ?").c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(sid);
+  auto row = s.Step();
+  if (!row.ok()) return row.status();
+  if (!row.value()) return std::optional<JobRecord>();
+  return std::optional<JobRecord>(ReadJob(s));
+}
+
+Result<std::vector<JobRecord>> Store::ListJobs(const std::vector<JobState>& states, int limit,
+                                               int64_t before_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE seq < ?";
+  if (!states.empty()) {
+    sql += " AND state IN (";
+    for (size_t i = 0; i < states.size(); ++i) sql += i ? ",?" : "?";
+    sql += ")";
+  }
+  sql += " ORDER BY seq DESC LIMIT ?";
+  Stmt s(db_, sql.c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(before_seq > 0 ? before_seq : INT64_MAX);
+  for (JobState st : states) s.Bind(static_cast<int>(st));
+  s.Bind(limit > 0 ? limit : -1);
+  return CollectJobs(s);
+}
+
+Result<std::vector<JobRecord>> Store::ListActiveJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, (std::string("SELECT ") + kJobColumns +
+               " FROM jobs WHERE state NOT IN (?,?,?) ORDER BY seq ASC")
+                  .c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(static_cast<int>(JobState::kSucceeded))
+      .Bind(static_cast<int>(JobState::kFailed))
+      .Bind(static_cast<int>(JobState::kCancelled));
+  return CollectJobs(s);
+}
+
+Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobState> expected_from,
+                                    JobState to, const std::string& message,
+                                    const TransitionChanges& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  auto job = GetJobLocked(id);
+  if (!job.ok()) return job.status();
+  const JobState from = job->state;
+  if (expected_from && *expected_from != from) {
+    return FailedPrecondition("job " + id + " is " + JobStateName(from) + ", expected " +
+                              JobStateName(*expected_from));
+  }
+  Status legal = CheckTransition(from, to);
+  if (!legal.ok()) return FailedPrecondition("job " + id + ": " + legal.message());
+
+  const double now = NowSeconds();
+  JobRecord j = job.value();
+  j.state = to;
+  j.message = message;
+  if (c.attempt) j.attempt = *c.attempt;
+  if (c.devices) j.devices = *c.devices;
+  if (c.restarts) j.restarts = *c.restarts;
+  if (c.gpus) j.gpus = *c.gpus;
+  if (c.spec_yaml) j.spec_yaml = *c.spec_yaml;
+  if (c.started_at) j.started_at = *c.started_at;
+  if (IsTerminal(to)) j.finished_at = now;
+
+  Stmt u(db_,
+         "UPDATE jobs SET state=?, message=?, attempt=?, devices=?, restarts=?, gpus=?, "
+         "spec_yaml=?, started_at=?, finished_at=? WHERE id=?");
+  ADCTL_RETURN_IF_ERROR(u.prepare_status());
+  u.Bind(static_cast<int>(to)).Bind(j.message).Bind(j.attempt).Bind(JoinDevices(j.devices));
+  u.Bind(j.restarts).Bind(j.gpus).Bind(j.spec_yaml).Bind(j.started_at).Bind(j.finished_at);
+  u.Bind(id);
+  ADCTL_RETURN_IF_ERROR(u.Run());
+
+  if (!c.end_attempt_reason.empty() && job->attempt > 0) {
+    Stmt a(db_,
+           "UPDATE attempts SET ended_at=?, end_reason=? WHERE job_id=? AND attempt=? "
+           "AND ended_at=0");
+    ADCTL_RETURN_IF_ERROR(a.prepare_status());
+    a.Bind(now).Bind(c.end_attempt_reason).Bind(id).Bind(job->attempt);
+    ADCTL_RETURN_IF_ERROR(a.Run());
+  }
+  if (c.attempt && *c.attempt != job->attempt) {
+    Stmt a(db_,
+           "INSERT INTO attempts (job_id, attempt, world_size, devices, started_at) "
+           "VALUES (?,?,?,?,?)");
+    ADCTL_RETURN_IF_ERROR(a.prepare_status());
+    a.Bind(id).Bind(*c.attempt).Bind(j.gpus).Bind(JoinDevices(j.devices)).Bind(now);
+    ADCTL_RETURN_IF_ERROR(a.Run());
+  }
+
+  EventRecord e;
+  e.job_id = id;
+  e.attempt = j.attempt;
+  e.time = now;
+  e.kind = "transition";
+  e.from_state = from;
+  e.to_state = to;
+  e.level = to == JobState::kFailed ? "error" : "info";
+  e.message = message;
+  auto eid = AddEventLocked(e);
+  if (!eid.ok()) return eid.status();
+  ADCTL_RETURN_IF_ERROR(txn.Commit());
+  return j;
+}
+
+Status Store::SetJobMessage(const std::string& id, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "UPDATE jobs SET message=? WHERE id=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(message).Bind(id);
+  return s.Run();
+}
+
+Result<std::vector<std::pair<JobState, int64_t>>> Store::CountJobsByState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  std::vector<std::pair<JobState, int64_t>> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    out.emplace_back(static_cast<JobState>(s.Int(0)), s.Int(1));
+  }
+  return out;
+}
+
+Result<AttemptRecord> Store::GetAttempt(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT world_size, devices, started_at, ended_at, end_reason FROM attempts "
+         "WHERE job_id=? AND attempt=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(attempt);
+  ADCTL_ASSIGN_ROW(row, s.Step());
+  if (!row) {
+    return NotFound("job " + job_id + ": attempt " + std::to_string(attempt) + " not found");
+  }
+  AttemptRecord a;
+  a.job_id = job_id;
+  a.attempt = attempt;
+  a.world_size = static_cast<int>(s.Int(0));
+  a.devices = SplitDevices(s.Text(1));
+  a.started_at = s.Double(2);
+  a.ended_at = s.Double(3);
+  a.end_reason = s.Text(4);
+  return a;
+}
+
+Status Store::UpsertRank(const RankRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO ranks (job_id, attempt, rank, pgid, pgid_start_time, "
+         "worker_pid, host, device, exited, exit_code, exit_signal, last_heartbeat) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(r.job_id).Bind(r.attempt).Bind(r.rank).Bind(r.pgid);
+  s.Bind(static_cast<int64_t>(r.pgid_start_time)).Bind(r.worker_pid).Bind(r.host).Bind(r.device);
+  s.Bind(r.exited ? 1 : 0).Bind(r.exit_code).Bind(r.exit_signal).Bind(r.last_heartbeat);
+  return s.Run();
+}
+
+Status Store::RecordRankWorker(const std::string& job_id, int attempt, int rank, int worker_pid,
+                               const std::string& host, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "UPDATE ranks SET worker_pid=?, host=?, last_heartbeat=? "
+         "WHERE job_id=? AND attempt=? AND rank=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(worker_pid).Bind(host).Bind(now).Bind(job_id).Bind(attempt).Bind(rank);
+  return s.Run();
+}
+
+Status Store::RecordHeartbeat(const std::string& job_id, int attempt, int rank, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "UPDATE ranks SET last_heartbeat=? WHERE job_id=? AND attempt=? AND rank=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(now).Bind(job_id).Bind(attempt).Bind(rank);
+  return s.Run();
+}
+
+Status Store::RecordRankExit(const std::string& job_id, int attempt, int rank, int exit_code,
+                             int exit_signal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "UPDATE ranks SET exited=1, exit_code=?, exit_signal=? "
+         "WHERE job_id=? AND attempt=? AND rank=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(exit_code).Bind(exit_signal).Bind(job_id).Bind(attempt).Bind(rank);
+  return s.Run();
+}
+
+Result<std::vector<RankRecord>> Store::ListRanks(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT rank, pgid, pgid_start_time, worker_pid, host, device, exited, exit_code, "
+         "exit_signal, last_heartbeat FROM ranks WHERE job_id=? AND attempt=? ORDER BY rank");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(attempt);
+  std::vector<RankRecord> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    RankRecord r;
+    r.job_id = job_id;
+    r.attempt = attempt;
+    r.rank = static_cast<int>(s.Int(0));
+    r.pgid = static_cast<int>(s.Int(1));
+    r.pgid_start_time = static_cast<uint64_t>(s.Int(2));
+    r.worker_pid = static_cast<int>(s.Int(3));
+    r.host = s.Text(4);
+    r.device = s.Text(5);
+    r.exited = s.Int(6) != 0;
+    r.exit_code = static_cast<int>(s.Int(7));
+    r.exit_signal = static_cast<int>(s.Int(8));
+    r.last_heartbeat = s.Double(9);
+    out.push_back(r);
+  }
+  return out;
+}
+
+Result<int64_t> Store::AddEventLocked(const EventRecord& e) {
+  Stmt s(db_,
+         "INSERT INTO events (job_id, attempt, time, kind, from_state, to_state, level, message)"
+         " VALUES (?,?,?,?,?,?,?,?)");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(e.job_id).Bind(e.attempt).Bind(e.time > 0 ? e.time : NowSeconds()).Bind(e.kind);
+  if (e.from_state) {
+    s.Bind(static_cast<int>(*e.from_state));
+  } else {
+    s.BindNull();
+  }
+  if (e.to_state) {
+    s.Bind(static_cast<int>(*e.to_state));
+  } else {
+    s.BindNull();
+  }
+  s.Bind(e.level).Bind(e.message);
+  ADCTL_RETURN_IF_ERROR(s.Run());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Result<int64_t> Store::AddEvent(const EventRecord& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AddEventLocked(e);
+}
+
+Result<std::vector<EventRecord>> Store::ListEvents(const std::string& job_id, int64_t after_id,
+                                                   int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT id, attempt, time, kind, from_state, to_state, level, message FROM events "
+         "WHERE job_id=? AND id>? ORDER BY id LIMIT ?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(after_id).Bind(limit > 0 ? limit : -1);
+  std::vector<EventRecord> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    EventRecord e;
+    e.id = s.Int(0);
+    e.job_id = job_id;
+    e.attempt = static_cast<int>(s.Int(1));
+    e.time = s.Double(2);
+    e.kind = s.Text(3);
+    if (!s.IsNull(4)) e.from_state = static_cast<JobState>(s.Int(4));
+    if (!s.IsNull(5)) e.to_state = static_cast<JobState>(s.Int(5));
+    e.level = s.Text(6);
+    e.message = s.Text(7);
+    out.push_back(e);
+  }
+  return out;
+}
+
+Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
+  if (points.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  for (const MetricRecord& m : points) {
+    // A re-sent batch (client retry after a lost reply) must not duplicate rows.
+    Stmt s(db_,
+           "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, step, total_steps, time, loss, "
+           "learning_rate, grad_norm, step_seconds, data_wait_seconds, "
+           "allreduce_exposed_seconds, clips_per_second, samples_seen, peak_memory_bytes) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    ADCTL_RETURN_IF_ERROR(s.prepare_status());
+    s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank).Bind(m.step).Bind(m.total_steps).Bind(m.time);
+    s.Bind(m.loss).Bind(m.learning_rate).Bind(m.grad_norm).Bind(m.step_seconds);
+    s.Bind(m.data_wait_seconds).Bind(m.allreduce_exposed_seconds).Bind(m.clips_per_second);
+    s.Bind(m.samples_seen).Bind(m.peak_memory_bytes);
+    ADCTL_RETURN_IF_ERROR(s.Run());
+    if (m.rank == 0) {
+      Stmt p(db_,
+             "UPDATE jobs SET step=?, total_steps=?, loss=?, clips_per_second=?, step_seconds=?, "
+             "progress_updated_at=? WHERE id=?");
+      ADCTL_RETURN_IF_ERROR(p.prepare_status());
+      p.Bind(m.step).Bind(m.total_steps).Bind(m.loss).Bind(m.clips_per_second);
+      p.Bind(m.step_seconds).Bind(m.time).Bind(m.job_id);
+      ADCTL_RETURN_IF_ERROR(p.Run());
+    }
+  }
+  return txn.Commit();
+}
+
+Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, int64_t after_id,
+                                                     std::optional<int> rank, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string sql =
+      "SELECT id, attempt, rank, step, total_steps, time, loss, learning_rate, grad_norm, "
+      "step_seconds, data_wait_seconds, allreduce_exposed_seconds, clips_per_second, "
+      "samples_seen, peak_memory_bytes FROM metrics WHERE job_id=? AND id>?";
+  if (rank) sql += " AND rank=?";
+  sql += " ORDER BY id LIMIT ?";
+  Stmt s(db_, sql.c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(after_id);
+  if (rank) s.Bind(*rank);
+  s.Bind(limit > 0 ? limit : -1);
+  std::vector<MetricRecord> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    MetricRecord m;
+    m.id = s.Int(0);
+    m.job_id = job_id;
+    m.attempt = static_cast<int>(s.Int(1));
+    m.rank = static_cast<int>(s.Int(2));
+    m.step = s.Int(3);
+    m.total_steps = s.Int(4);
+    m.time = s.Double(5);
+    m.loss = s.Double(6);
+    m.learning_rate = s.Double(7);
+    m.grad_norm = s.Double(8);
+    m.step_seconds = s.Double(9);
+    m.data_wait_seconds = s.Double(10);
+    m.allreduce_exposed_seconds = s.Double(11);
+    m.clips_per_second = s.Double(12);
+    m.samples_seen = s.Int(13);
+    m.peak_memory_bytes = s.Int(14);
+    out.push_back(m);
+  }
+  return out;
+}
+
+Status Store::AddCheckpoint(const CheckpointRecord& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, size_bytes, "
+         "save_seconds, created_at) VALUES (?,?,?,?,?,?,?)");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(c.job_id).Bind(c.step).Bind(c.attempt).Bind(c.path).Bind(c.size_bytes);
+  s.Bind(c.save_seconds).Bind(c.created_at > 0 ? c.created_at : NowSeconds());
+  ADCTL_RETURN_IF_ERROR(s.Run());
+  Stmt p(db_, "UPDATE jobs SET last_checkpoint_step=MAX(last_checkpoint_step, ?) WHERE id=?");
+  ADCTL_RETURN_IF_ERROR(p.prepare_status());
+  p.Bind(c.step).Bind(c.job_id);
+  ADCTL_RETURN_IF_ERROR(p.Run());
+  return txn.Commit();
+}
+
+Result<std::vector<CheckpointRecord>> Store::ListCheckpoints(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT step, attempt, path, size_bytes, save_seconds, created_at FROM checkpoints "
+         "WHERE job_id=? ORDER BY step");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id);
+  std::vector<CheckpointRecord> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    CheckpointRecord c;
+    c.job_id = job_id;
+    c.step = s.Int(0);
+    c.attempt = static_cast<int>(s.Int(1));
+    c.path = s.Text(2);
+    c.size_bytes = s.Int(3);
+    c.save_seconds = s.Double(4);
+    c.created_at = s.Double(5);
+    out.push_back(c);
+  }
+  return out;
+}
+
+Status Store::KvSet(const std::string& job_id, int attempt, const std::string& key,
+                    const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO kv (job_id, attempt, key, value) VALUES (?,?,?,?)");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(attempt).Bind(key).BindBlob(value);
+  return s.Run();
+}
+
+Result<std::optional<std::string>> Store::KvGet(const std::string& job_id, int attempt,
+                                                const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT value FROM kv WHERE job_id=? AND attempt=? AND key=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(attempt).Bind(key);
+  ADCTL_ASSIGN_ROW(row, s.Step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(s.Text(0));
+}
+
+}  // namespace adctl

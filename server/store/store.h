@@ -1,0 +1,210 @@
+// adctld's durable state in one SQLite file: jobs, attempts, ranks, events, metric points,
+// checkpoints and the rendezvous key-value store.
+//
+// SQLite in WAL mode with foreign keys on, a busy timeout, and versioned migrations
+// (PRAGMA user_version; see kMigrations in store.cc). Every job state change goes through
+// `Transition`, which checks the move against job_state.h and writes the new state and its
+// event row in one transaction. Thread-safe: one connection guarded by a mutex (adctld's write
+// rate is a few rows per training step, far below what one connection serves).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/job_state.h"
+
+namespace adctl {
+
+struct JobProgress {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double loss = 0;
+  double clips_per_second = 0;
+  double step_seconds = 0;
+  int64_t last_checkpoint_step = 0;
+  double updated_at = 0;
+};
+
+struct JobRecord {
+  std::string id;
+  int64_t seq = 0;  // submission order
+  std::string name;
+  std::string submission_id;
+  std::string spec_yaml;  // canonical YAML of the effective spec
+  std::string token;      // per-job secret handed to its ranks
+  std::string job_dir;
+  JobState state = JobState::kQueued;
+  int gpus = 1;
+  int priority = 0;
+  int attempt = 0;
+  int restarts = 0;
+  int max_restarts = 0;
+  double grace_seconds = 60;
+  double submitted_at = 0;
+  double started_at = 0;
+  double finished_at = 0;
+  std::string message;
+  std::vector<std::string> devices;  // current attempt
+  JobProgress progress;
+};
+
+struct RankRecord {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int pgid = 0;                  // process group (the launcher's per-rank shepherd)
+  uint64_t pgid_start_time = 0;  // /proc start time of the group leader, guards pid reuse
+  int worker_pid = 0;            // the adworker, from its registration
+  std::string host;
+  std::string device;
+  bool exited = false;
+  int exit_code = 0;
+  int exit_signal = 0;
+  double last_heartbeat = 0;
+};
+
+struct AttemptRecord {
+  std::string job_id;
+  int attempt = 0;
+  int world_size = 0;
+  std::vector<std::string> devices;
+  double started_at = 0;
+  double ended_at = 0;
+  std::string end_reason;
+};
+
+struct EventRecord {
+  int64_t id = 0;
+  std::string job_id;
+  int attempt = 0;
+  double time = 0;
+  std::string kind;  // "transition", "rank_exit", "checkpoint", "worker", "submitted"
+  std::optional<JobState> from_state;
+  std::optional<JobState> to_state;
+  std::string level = "info";
+  std::string message;
+};
+
+struct MetricRecord {
+  int64_t id = 0;
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double time = 0;
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;
+  double step_seconds = 0;
+  double data_wait_seconds = 0;
+  double allreduce_exposed_seconds = 0;
+  double clips_per_second = 0;
+  int64_t samples_seen = 0;
+  int64_t peak_memory_bytes = 0;
+};
+
+struct CheckpointRecord {
+  std::string job_id;
+  int attempt = 0;
+  int64_t step = 0;
+  std::string path;
+  int64_t size_bytes = 0;
+  double save_seconds = 0;
+  double created_at = 0;
+};
+
+// Column changes made in the same transaction as a state change.
+struct TransitionChanges {
+  std::optional<int> attempt;  // also inserts the attempts row (with world size = job gpus)
+  std::optional<std::vector<std::string>> devices;
+  std::optional<int> restarts;
+  std::optional<int> gpus;
+  std::optional<std::string> spec_yaml;
+  std::optional<double> started_at;
+  std::string end_attempt_reason;  // non-empty: closes the current attempt row
+};
+
+class Store {
+ public:
+  // Opens (creating when missing) and migrates the database at `path`.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  int schema_version() const { return schema_version_; }
+
+  // Jobs.
+  Status InsertJob(const JobRecord& job);  // also writes the "submitted" event
+  Result<JobRecord> GetJob(const std::string& id);
+  Result<std::optional<JobRecord>> FindJobBySubmissionId(const std::string& submission_id);
+  // Newest first. `before_seq` > 0 pages: jobs with seq < before_seq.
+  Result<std::vector<JobRecord>> ListJobs(const std::vector<JobState>& states, int limit,
+                                          int64_t before_seq = 0);
+  // Jobs in any non-terminal state, oldest first.
+  Result<std::vector<JobRecord>> ListActiveJobs();
+  // Checks the move, applies `changes`, writes the event, all in one transaction. When
+  // `expected_from` is set and the job is in another state: FailedPrecondition (a racing
+  // change won). Returns the updated job.
+  Result<JobRecord> Transition(const std::string& id, std::optional<JobState> expected_from,
+                               JobState to, const std::string& message,
+                               const TransitionChanges& changes = {});
+  Status SetJobMessage(const std::string& id, const std::string& message);
+  Result<std::vector<std::pair<JobState, int64_t>>> CountJobsByState();
+
+  // Attempts and ranks.
+  Result<AttemptRecord> GetAttempt(const std::string& job_id, int attempt);
+  Status UpsertRank(const RankRecord& rank);
+  Status RecordRankWorker(const std::string& job_id, int attempt, int rank, int worker_pid,
+                          const std::string& host, double now);
+  Status RecordHeartbeat(const std::string& job_id, int attempt, int rank, double now);
+  Status RecordRankExit(const std::string& job_id, int attempt, int rank, int exit_code,
+                        int exit_signal);
+  Result<std::vector<RankRecord>> ListRanks(const std::string& job_id, int attempt);
+
+  // Events.
+  Result<int64_t> AddEvent(const EventRecord& event);
+  Result<std::vector<EventRecord>> ListEvents(const std::string& job_id, int64_t after_id,
+                                              int limit = 0);
+
+  // Metric points (full history keyed by job, attempt, rank, step) and the job's progress.
+  Status AddMetrics(const std::vector<MetricRecord>& points);
+  Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id, int64_t after_id,
+                                                std::optional<int> rank = std::nullopt,
+                                                int limit = 0);
+
+  // Checkpoints as reported by the ranks.
+  Status AddCheckpoint(const CheckpointRecord& checkpoint);
+  Result<std::vector<CheckpointRecord>> ListCheckpoints(const std::string& job_id);
+
+  // Rendezvous KV, scoped to (job, attempt).
+  Status KvSet(const std::string& job_id, int attempt, const std::string& key,
+               const std::string& value);
+  Result<std::optional<std::string>> KvGet(const std::string& job_id, int attempt,
+                                           const std::string& key);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Status Migrate();
+  Status Exec(const std::string& sql);
+  Result<JobRecord> GetJobLocked(const std::string& id);
+  Result<int64_t> AddEventLocked(const EventRecord& event);
+
+  // Constant after construction.
+  int schema_version_ = 0;
+
+  std::mutex mu_;
+  sqlite3* db_;  // guarded by mu_
+};
+
+double NowSeconds();
+
+}  // namespace adctl

@@ -1,0 +1,214 @@
+#include "server/store/store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace adctl {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/adctl-store-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/adctl.db";
+    auto store = Store::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(store.value());
+  }
+  void TearDown() override {
+    store_.reset();
+    std::string cmd = "rm -rf " + dir_;
+    (void)system(cmd.c_str());
+  }
+
+  JobRecord NewJob(const std::string& id, const std::string& submission_id = "") {
+    JobRecord j;
+    j.id = id;
+    j.name = "t";
+    j.submission_id = submission_id;
+    j.spec_yaml = "name: t\n";
+    j.token = "secret";
+    j.job_dir = dir_ + "/jobs/" + id;
+    j.gpus = 2;
+    j.max_restarts = 1;
+    j.submitted_at = NowSeconds();
+    return j;
+  }
+
+  int CountEvents(const std::string& id) {
+    auto events = store_->ListEvents(id, 0);
+    EXPECT_TRUE(events.ok());
+    return static_cast<int>(events->size());
+  }
+
+  std::string dir_, path_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
+  EXPECT_EQ(store_->schema_version(), 1);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  // Foreign keys: a rank for an attempt that does not exist is refused.
+  RankRecord r;
+  r.job_id = "nope";
+  r.attempt = 1;
+  EXPECT_FALSE(store_->UpsertRank(r).ok());
+}
+
+TEST_F(StoreTest, InsertGetAndUnknownId) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
+  auto job = store_->GetJob("j-1");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kQueued);
+  EXPECT_EQ(job->gpus, 2);
+  EXPECT_EQ(CountEvents("j-1"), 1);
+  auto missing = store_->GetJob("j-404");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("j-404"), std::string::npos);
+}
+
+TEST_F(StoreTest, SubmissionIdIsUnique) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1", "ci-42")).ok());
+  EXPECT_FALSE(store_->InsertJob(NewJob("j-2", "ci-42")).ok());
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-3")).ok());  // no id: no constraint
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-4")).ok());
+  auto found = store_->FindJobBySubmissionId("ci-42");
+  ASSERT_TRUE(found.ok());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->id, "j-1");
+}
+
+TEST_F(StoreTest, TransitionWritesStateAndEventTogether) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
+  TransitionChanges c;
+  c.attempt = 1;
+  c.devices = std::vector<std::string>{"cpu0", "cpu1"};
+  c.started_at = 5.0;
+  auto job = store_->Transition("j-1", JobState::kQueued, JobState::kStarting, "launching", c);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->attempt, 1);
+  auto attempt = store_->GetAttempt("j-1", 1);
+  ASSERT_TRUE(attempt.ok());
+  EXPECT_EQ(attempt->world_size, 2);
+  EXPECT_EQ(attempt->devices.size(), 2u);
+  auto events = store_->ListEvents("j-1", 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ(events->back().kind, "transition");
+  EXPECT_EQ(events->back().from_state, JobState::kQueued);
+  EXPECT_EQ(events->back().to_state, JobState::kStarting);
+
+  // Illegal move: nothing changes, no event row.
+  auto bad = store_->Transition("j-1", std::nullopt, JobState::kPaused, "x");
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CountEvents("j-1"), 2);
+  EXPECT_EQ(store_->GetJob("j-1")->state, JobState::kStarting);
+
+  // Stale expectation: refused.
+  auto stale = store_->Transition("j-1", JobState::kQueued, JobState::kRunning, "x");
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+
+  TransitionChanges end;
+  end.end_attempt_reason = "rank 0 exited with code 0";
+  auto done = store_->Transition("j-1", JobState::kStarting, JobState::kSucceeded, "done", end);
+  ASSERT_TRUE(done.ok());
+  EXPECT_GT(done->finished_at, 0);
+  EXPECT_EQ(store_->GetAttempt("j-1", 1)->end_reason, "rank 0 exited with code 0");
+}
+
+TEST_F(StoreTest, ListFiltersAndPages) {
+  for (int i = 1; i <= 5; ++i)
+    ASSERT_TRUE(store_->InsertJob(NewJob("j-" + std::to_string(i))).ok());
+  ASSERT_TRUE(store_->Transition("j-2", std::nullopt, JobState::kCancelled, "c").ok());
+  auto queued = store_->ListJobs({JobState::kQueued}, 0);
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(queued->size(), 4u);
+  auto page1 = store_->ListJobs({}, 2);
+  ASSERT_TRUE(page1.ok());
+  ASSERT_EQ(page1->size(), 2u);
+  EXPECT_EQ((*page1)[0].id, "j-5");
+  auto page2 = store_->ListJobs({}, 2, (*page1)[1].seq);
+  ASSERT_TRUE(page2.ok());
+  ASSERT_EQ(page2->size(), 2u);
+  EXPECT_EQ((*page2)[0].id, "j-3");
+  auto active = store_->ListActiveJobs();
+  ASSERT_TRUE(active.ok());
+  EXPECT_EQ(active->size(), 4u);
+  EXPECT_EQ(active->front().id, "j-1");
+}
+
+TEST_F(StoreTest, RanksMetricsCheckpointsKv) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
+  TransitionChanges c;
+  c.attempt = 1;
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kStarting, "go", c).ok());
+  RankRecord r;
+  r.job_id = "j-1";
+  r.attempt = 1;
+  r.rank = 0;
+  r.pgid = 1234;
+  r.pgid_start_time = 99;
+  ASSERT_TRUE(store_->UpsertRank(r).ok());
+  ASSERT_TRUE(store_->RecordRankWorker("j-1", 1, 0, 1235, "host", 7.0).ok());
+  ASSERT_TRUE(store_->RecordRankExit("j-1", 1, 0, 0, 9).ok());
+  auto ranks = store_->ListRanks("j-1", 1);
+  ASSERT_TRUE(ranks.ok());
+  ASSERT_EQ(ranks->size(), 1u);
+  EXPECT_EQ((*ranks)[0].worker_pid, 1235);
+  EXPECT_TRUE((*ranks)[0].exited);
+  EXPECT_EQ((*ranks)[0].exit_signal, 9);
+
+  MetricRecord m;
+  m.job_id = "j-1";
+  m.attempt = 1;
+  m.step = 3;
+  m.total_steps = 6;
+  m.loss = 0.5;
+  ASSERT_TRUE(store_->AddMetrics({m, m}).ok());  // duplicate ignored
+  auto points = store_->ListMetrics("j-1", 0);
+  ASSERT_TRUE(points.ok());
+  EXPECT_EQ(points->size(), 1u);
+  EXPECT_EQ(store_->GetJob("j-1")->progress.step, 3);
+
+  CheckpointRecord ck;
+  ck.job_id = "j-1";
+  ck.attempt = 1;
+  ck.step = 2;
+  ck.path = "/x/step-000002";
+  ASSERT_TRUE(store_->AddCheckpoint(ck).ok());
+  EXPECT_EQ(store_->GetJob("j-1")->progress.last_checkpoint_step, 2);
+  EXPECT_EQ(store_->ListCheckpoints("j-1")->size(), 1u);
+
+  ASSERT_TRUE(store_->KvSet("j-1", 1, "nccl_id", std::string("a\0b", 3)).ok());
+  auto v = store_->KvGet("j-1", 1, "nccl_id");
+  ASSERT_TRUE(v.ok());
+  ASSERT_TRUE(v->has_value());
+  EXPECT_EQ(**v, std::string("a\0b", 3));
+  EXPECT_FALSE(store_->KvGet("j-1", 2, "nccl_id")->has_value());  // scoped to the attempt
+}
+
+TEST_F(StoreTest, SurvivesReopen) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kPaused, "p").ok());
+  store_.reset();
+  auto reopened = Store::Open(path_);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(reopened.value()->GetJob("j-1")->state, JobState::kPaused);
+  EXPECT_EQ(reopened.value()->ListEvents("j-1", 0)->size(), 2u);
+}
+
+}  // namespace
+}  // namespace adctl
