@@ -106,4 +106,11 @@ Status ValidateJobSpec(const JobSpec& spec);
 // Canonical YAML of a spec (every field, so a stored spec is self-contained).
 std::string JobSpecToYaml(const JobSpec& spec);
 
+// Field-by-field equality (doubles compared exactly): ParseJobSpec(JobSpecToYaml(s)) == s.
+bool operator==(const JobSpec& a, const JobSpec& b);
+inline bool operator!=(const JobSpec& a, const JobSpec& b) { return !(a == b); }
+// Dotted path of every key of the canonical YAML, in its order ("name", "model.preset", ...,
+// "train.betas", ...). The parser also accepts "train.beta1" and "train.beta2".
+std::vector<std::string> JobSpecFieldPaths();
+
 }  // namespace adctl

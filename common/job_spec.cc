@@ -1,0 +1,624 @@
+// Job spec: YAML ⇄ JobSpec, overrides and validation (docs/job-spec.md is the user's reference).
+//
+// One list of fields (ForEachField) drives parsing, emission, equality and the set of known
+// keys, so a field added to the structs in job_spec.h needs exactly one line here (plus its
+// checks in ValidateJobSpec and its row in docs/job-spec.md).
+#include "common/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <variant>
+
+namespace adctl {
+namespace {
+
+constexpr const char* kSections[] = {"model", "data", "train", "checkpoint", "resources"};
+
+// Calls f(dotted_path, field) for every field in canonical order. `Spec` is JobSpec or
+// const JobSpec. train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
+template <typename Spec, typename F>
+void ForEachField(Spec& s, F&& f) {
+  f("name", s.name);
+  f("model.preset", s.model.preset);
+  f("model.preset_layout", s.model.preset_layout);
+  f("model.unet2d", s.model.unet2d);
+  f("model.motion_adapter", s.model.motion_adapter);
+  f("model.unet_motion", s.model.unet_motion);
+  f("model.motion_module_file", s.model.motion_module_file);
+  f("model.motion_norm", s.model.motion_norm);
+  f("model.gradient_checkpointing", s.model.gradient_checkpointing);
+  f("data.kind", s.data.kind);
+  f("data.path", s.data.path);
+  f("data.num_samples", s.data.num_samples);
+  f("data.frames", s.data.frames);
+  f("data.height", s.data.height);
+  f("data.width", s.data.width);
+  f("data.text_len", s.data.text_len);
+  f("data.seed", s.data.seed);
+  f("train.max_steps", s.train.max_steps);
+  f("train.batch_size", s.train.batch_size);
+  f("train.grad_accum", s.train.grad_accum);
+  f("train.lr", s.train.lr);
+  f("train.beta1", s.train.beta1);
+  f("train.beta2", s.train.beta2);
+  f("train.weight_decay", s.train.weight_decay);
+  f("train.eps", s.train.eps);
+  f("train.lr_schedule", s.train.lr_schedule);
+  f("train.warmup_steps", s.train.warmup_steps);
+  f("train.max_grad_norm", s.train.max_grad_norm);
+  f("train.seed", s.train.seed);
+  f("train.precision", s.train.precision);
+  f("train.beta_schedule", s.train.beta_schedule);
+  f("train.beta_start", s.train.beta_start);
+  f("train.beta_end", s.train.beta_end);
+  f("train.num_train_timesteps", s.train.num_train_timesteps);
+  f("train.prediction_type", s.train.prediction_type);
+  f("train.log_every", s.train.log_every);
+  f("train.bucket_cap_mb", s.train.bucket_cap_mb);
+  f("train.bucket_dtype", s.train.bucket_dtype);
+  f("checkpoint.dir", s.checkpoint.dir);
+  f("checkpoint.every_steps", s.checkpoint.every_steps);
+  f("checkpoint.keep_last", s.checkpoint.keep_last);
+  f("resources.gpus", s.resources.gpus);
+  f("resources.priority", s.resources.priority);
+  f("resources.max_restarts", s.resources.max_restarts);
+  f("resources.grace_seconds", s.resources.grace_seconds);
+  f("resources.rendezvous_timeout_seconds", s.resources.rendezvous_timeout_seconds);
+  f("resources.hang_timeout_seconds", s.resources.hang_timeout_seconds);
+}
+
+constexpr const char* kBetas = "train.betas";
+
+// Every dotted path the parser accepts: the struct fields plus the "train.betas" pair.
+const std::set<std::string>& KnownPaths() {
+  static const std::set<std::string> paths = [] {
+    std::set<std::string> p{kBetas};
+    JobSpec spec;
+    ForEachField(spec, [&](const char* path, auto&) { p.insert(path); });
+    return p;
+  }();
+  return paths;
+}
+
+bool IsSection(const std::string& key) {
+  for (const char* s : kSections) {
+    if (key == s) return true;
+  }
+  return false;
+}
+
+// Shortest decimal form that reads back to the same double ("0.0001", "1e-08", "60").
+std::string FormatDouble(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // integers without an exponent: 60, not 6e+01
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "nothing";
+  }
+}
+
+bool IsQuoted(const YAML::Node& node) { return node.Tag() == "!"; }
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+Status UnknownField(const std::string& path) {
+  std::string best;
+  size_t best_distance = 3;  // suggest only near misses (typos), not unrelated names
+  for (const std::string& known : KnownPaths()) {
+    size_t d = EditDistance(path, known);
+    if (d < best_distance) best_distance = d, best = known;
+  }
+  std::string message = "unknown field '" + path + "'";
+  if (!best.empty()) message += " (did you mean '" + best + "'?)";
+  return InvalidArgument(message);
+}
+
+// ---- Scalar conversion -----------------------------------------------------------------------
+
+Status Convert(const std::string& path, const YAML::Node& node, std::string* out) {
+  if (node.IsNull()) {
+    *out = "";
+    return Status::Ok();
+  }
+  if (!node.IsScalar()) return InvalidArgument(path + ": expected a string, got " + Describe(node));
+  *out = node.Scalar();
+  return Status::Ok();
+}
+
+Status Convert(const std::string& path, const YAML::Node& node, int64_t* out) {
+  const std::string expected = path + ": expected an integer, got " + Describe(node);
+  if (!node.IsScalar() || IsQuoted(node)) return InvalidArgument(expected);
+  const std::string& text = node.Scalar();
+  if (text.empty()) return InvalidArgument(expected);
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (*end != '\0' || text[0] == ' ') return InvalidArgument(expected);
+  if (errno == ERANGE) return InvalidArgument(path + ": integer out of range: " + text);
+  *out = v;
+  return Status::Ok();
+}
+
+Status Convert(const std::string& path, const YAML::Node& node, double* out) {
+  const std::string expected = path + ": expected a number, got " + Describe(node);
+  if (!node.IsScalar() || IsQuoted(node)) return InvalidArgument(expected);
+  const std::string& text = node.Scalar();
+  if (text.empty() || text[0] == ' ') return InvalidArgument(expected);
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (*end != '\0') return InvalidArgument(expected);
+  *out = v;
+  return Status::Ok();
+}
+
+Status Convert(const std::string& path, const YAML::Node& node, bool* out) {
+  const std::string expected = path + ": expected a boolean (true/false), got " + Describe(node);
+  if (!node.IsScalar() || IsQuoted(node)) return InvalidArgument(expected);
+  std::string t = node.Scalar();
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "true" || t == "yes" || t == "on") {
+    *out = true;
+  } else if (t == "false" || t == "no" || t == "off") {
+    *out = false;
+  } else {
+    return InvalidArgument(expected);
+  }
+  return Status::Ok();
+}
+
+Status ConvertBetas(const YAML::Node& node, double* beta1, double* beta2) {
+  if (!node.IsSequence() || node.size() != 2) {
+    return InvalidArgument(
+        std::string(kBetas) + ": expected a list of two numbers [beta1, beta2], got " +
+        (node.IsSequence() ? std::to_string(node.size()) + " elements" : Describe(node)));
+  }
+  ADCTL_RETURN_IF_ERROR(Convert(std::string(kBetas) + "[0]", node[0], beta1));
+  return Convert(std::string(kBetas) + "[1]", node[1], beta2);
+}
+
+// ---- Tree handling ---------------------------------------------------------------------------
+
+Result<YAML::Node> LoadYaml(const std::string& text, const std::string& what) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(what + ": YAML error at line " + std::to_string(e.mark.line + 1) +
+                           ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// Applies one "a.b=value" override to the YAML tree (root is a mapping).
+Status ApplyOverride(YAML::Node& root, const std::string& override_text) {
+  const std::string where = "override '" + override_text + "'";
+  size_t eq = override_text.find('=');
+  if (eq == std::string::npos) return InvalidArgument(where + ": expected key=value");
+  const std::string path = Trim(override_text.substr(0, eq));
+  const std::string value_text = Trim(override_text.substr(eq + 1));
+  if (IsSection(path)) {
+    return InvalidArgument(where + ": '" + path + "' is a section; set one field, e.g. '" + path +
+                           ".<field>=value'");
+  }
+  if (KnownPaths().count(path) == 0) {
+    Status unknown = UnknownField(path);
+    return InvalidArgument(where + ": " + unknown.message());
+  }
+  YAML::Node value;
+  if (value_text.empty()) {
+    value = YAML::Node(std::string());
+  } else {
+    Result<YAML::Node> parsed = LoadYaml(value_text, where);
+    if (!parsed.ok()) return parsed.status();
+    value = parsed.value();
+  }
+
+  size_t dot = path.find('.');
+  if (dot == std::string::npos) {
+    root[path] = value;
+    return Status::Ok();
+  }
+  const std::string section = path.substr(0, dot);
+  const std::string key = path.substr(dot + 1);
+  YAML::Node section_node = root[section];
+  if (!section_node.IsDefined() || section_node.IsNull()) {
+    root[section] = YAML::Node(YAML::NodeType::Map);
+    section_node.reset(root[section]);
+  } else if (!section_node.IsMap()) {
+    return InvalidArgument(where + ": '" + section + "' is " + Describe(section_node) +
+                           ", not a mapping");
+  }
+  // Keep the beta pair in one form: an override of one beta edits a "betas" list in place.
+  if (key == "betas") {
+    section_node.remove("beta1");
+    section_node.remove("beta2");
+  } else if ((key == "beta1" || key == "beta2") && section_node["betas"].IsSequence() &&
+             section_node["betas"].size() == 2) {
+    section_node["betas"][key == "beta1" ? 0 : 1] = value;
+    return Status::Ok();
+  }
+  section_node[key] = value;
+  return Status::Ok();
+}
+
+// Checks the tree's shape (mappings, known keys, no duplicates) and flattens it to
+// dotted path → node.
+Status Flatten(const YAML::Node& root, std::map<std::string, YAML::Node>* flat) {
+  auto add = [&](const std::string& path, const YAML::Node& node) -> Status {
+    if (KnownPaths().count(path) == 0) return UnknownField(path);
+    if (!flat->emplace(path, node).second) return InvalidArgument("duplicate field '" + path + "'");
+    return Status::Ok();
+  };
+  for (const auto& entry : root) {
+    if (!entry.first.IsScalar()) return InvalidArgument("spec: keys must be strings");
+    const std::string key = entry.first.Scalar();
+    if (!IsSection(key)) {
+      ADCTL_RETURN_IF_ERROR(add(key, entry.second));
+      continue;
+    }
+    const YAML::Node& section = entry.second;
+    if (section.IsNull()) continue;  // "train:" with nothing under it
+    if (!section.IsMap()) {
+      return InvalidArgument(key + ": expected a mapping, got " + Describe(section));
+    }
+    for (const auto& field : section) {
+      if (!field.first.IsScalar()) return InvalidArgument(key + ": keys must be strings");
+      ADCTL_RETURN_IF_ERROR(add(key + "." + field.first.Scalar(), field.second));
+    }
+  }
+  if (flat->count(kBetas) && (flat->count("train.beta1") || flat->count("train.beta2"))) {
+    return InvalidArgument("train.betas: give either betas or beta1/beta2, not both");
+  }
+  return Status::Ok();
+}
+
+Result<JobSpec> FromTree(const YAML::Node& root) {
+  std::map<std::string, YAML::Node> flat;
+  ADCTL_RETURN_IF_ERROR(Flatten(root, &flat));
+  JobSpec spec;
+  Status status;
+  ForEachField(spec, [&](const char* path, auto& field) {
+    if (!status.ok()) return;
+    auto it = flat.find(path);
+    if (it != flat.end()) status = Convert(path, it->second, &field);
+  });
+  ADCTL_RETURN_IF_ERROR(status);
+  auto betas = flat.find(kBetas);
+  if (betas != flat.end()) {
+    ADCTL_RETURN_IF_ERROR(ConvertBetas(betas->second, &spec.train.beta1, &spec.train.beta2));
+  }
+  return spec;
+}
+
+// ---- Emission --------------------------------------------------------------------------------
+
+// A YAML double-quoted scalar: always quoted so "", "null", "1" and "yes" stay strings.
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string EmitValue(const std::string& v) { return Quote(v); }
+std::string EmitValue(int64_t v) { return std::to_string(v); }
+std::string EmitValue(double v) { return FormatDouble(v); }
+std::string EmitValue(bool v) { return v ? "true" : "false"; }
+
+// ---- Validation helpers ----------------------------------------------------------------------
+
+std::string Show(const std::string& v) { return "'" + v + "'"; }
+std::string Show(int64_t v) { return std::to_string(v); }
+std::string Show(double v) { return FormatDouble(v); }
+
+Status OneOf(const char* path, const std::string& value,
+             std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return Status::Ok();
+    list += std::string(list.empty() ? "" : ", ") + "'" + a + "'";
+  }
+  return InvalidArgument(std::string(path) + ": must be one of " + list + ", got " + Show(value));
+}
+
+template <typename T>
+Status AtLeast(const char* path, T value, T minimum) {
+  if (value >= minimum) return Status::Ok();
+  return InvalidArgument(std::string(path) + ": must be >= " + Show(minimum) + ", got " +
+                         Show(value));
+}
+
+Status Finite(const char* path, double value) {
+  if (std::isfinite(value)) return Status::Ok();
+  return InvalidArgument(std::string(path) + ": must be a finite number, got " + Show(value));
+}
+
+Status Positive(const char* path, double value) {
+  ADCTL_RETURN_IF_ERROR(Finite(path, value));
+  if (value > 0) return Status::Ok();
+  return InvalidArgument(std::string(path) + ": must be > 0, got " + Show(value));
+}
+
+Status NonNegative(const char* path, double value) {
+  ADCTL_RETURN_IF_ERROR(Finite(path, value));
+  return AtLeast(path, value, 0.0);
+}
+
+// [0, 1): Adam's moment decay rates.
+Status UnitInterval(const char* path, double value) {
+  if (value >= 0 && value < 1) return Status::Ok();
+  return InvalidArgument(std::string(path) + ": must be in [0, 1), got " + Show(value));
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (unsigned char c : name) {
+    if (!std::isalnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+// Frames the tiny preset's motion modules can take (positional encoding length, as in the
+// reference MotionAdapter's max_seq_length 32).
+constexpr int64_t kTinyMaxFrames = 32;
+
+}  // namespace
+
+Result<JobSpec> ParseJobSpec(const std::string& yaml_text,
+                             const std::vector<std::string>& overrides) {
+  Result<YAML::Node> loaded = LoadYaml(yaml_text, "spec");
+  if (!loaded.ok()) return loaded.status();
+  YAML::Node root = loaded.value();
+  if (root.IsNull() || !root.IsDefined()) {
+    root = YAML::Node(YAML::NodeType::Map);
+  } else if (!root.IsMap()) {
+    return InvalidArgument("spec: expected a mapping at the top level, got " + Describe(root));
+  }
+  for (const std::string& o : overrides) ADCTL_RETURN_IF_ERROR(ApplyOverride(root, o));
+  Result<JobSpec> spec = FromTree(root);
+  if (!spec.ok()) return spec;
+  ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec.value()));
+  return spec;
+}
+
+Result<JobSpec> LoadJobSpecFile(const std::string& path,
+                                const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("job spec file not found or unreadable: " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return NotFound("cannot read job spec file: " + path);
+  Result<JobSpec> spec = ParseJobSpec(text.str(), overrides);
+  if (!spec.ok()) return Status(spec.status().code(), path + ": " + spec.status().message());
+  return spec;
+}
+
+Status ValidateJobSpec(const JobSpec& s) {
+  if (!ValidName(s.name)) {
+    return InvalidArgument(
+        "name: must be 1-63 characters of letters, digits, '-', '_' or '.', got " + Show(s.name));
+  }
+
+  // model
+  const ModelSpec& m = s.model;
+  ADCTL_RETURN_IF_ERROR(OneOf("model.preset", m.preset, {"", "tiny"}));
+  const bool has_paths = !m.unet2d.empty() || !m.unet_motion.empty();
+  if (m.preset.empty() == !has_paths) {
+    return InvalidArgument(
+        m.preset.empty()
+            ? "model: give a preset ('tiny') or model.unet2d or model.unet_motion"
+            : "model.preset: " + Show(m.preset) +
+                  " cannot be combined with model.unet2d/model.unet_motion; give one of them");
+  }
+  if (!m.unet2d.empty() && !m.unet_motion.empty()) {
+    return InvalidArgument(
+        "model.unet_motion: give either model.unet2d (+ motion_adapter) or model.unet_motion, "
+        "not both");
+  }
+  if (!m.motion_adapter.empty() && m.unet2d.empty()) {
+    return InvalidArgument("model.motion_adapter: " + Show(m.motion_adapter) +
+                           " needs model.unet2d (a unet_motion or preset has its own modules)");
+  }
+  if (!m.motion_module_file.empty() && !has_paths) {
+    return InvalidArgument("model.motion_module_file: " + Show(m.motion_module_file) +
+                           " needs model.unet2d or model.unet_motion, not a preset");
+  }
+  ADCTL_RETURN_IF_ERROR(
+      OneOf("model.motion_norm", m.motion_norm, {"auto", "across_frames", "per_frame"}));
+  ADCTL_RETURN_IF_ERROR(OneOf("model.preset_layout", m.preset_layout, {"v1", "v2", "v3"}));
+
+  // data
+  const DataSpec& d = s.data;
+  ADCTL_RETURN_IF_ERROR(OneOf("data.kind", d.kind, {"synthetic", "latents"}));
+  if (d.kind == "latents" && d.path.empty()) {
+    return InvalidArgument("data.path: required for data.kind 'latents' (a directory of shards)");
+  }
+  if (d.kind == "synthetic" && !d.path.empty()) {
+    return InvalidArgument("data.path: only used with data.kind 'latents', got " + Show(d.path) +
+                           " with kind 'synthetic'");
+  }
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.num_samples", d.num_samples, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.frames", d.frames, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.height", d.height, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.width", d.width, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.text_len", d.text_len, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.seed", d.seed, 0));
+  if (m.preset == "tiny") {
+    if (d.frames > kTinyMaxFrames) {
+      return InvalidArgument("data.frames: the tiny preset takes at most " +
+                             std::to_string(kTinyMaxFrames) + " frames, got " + Show(d.frames));
+    }
+    // The tiny UNet downsamples once (two down blocks), so latent sides must be even.
+    if (d.height % 2 != 0) {
+      return InvalidArgument("data.height: must be even for the tiny preset, got " +
+                             Show(d.height));
+    }
+    if (d.width % 2 != 0) {
+      return InvalidArgument("data.width: must be even for the tiny preset, got " + Show(d.width));
+    }
+  }
+
+  // train
+  const TrainSpec& t = s.train;
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.max_steps", t.max_steps, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.batch_size", t.batch_size, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.grad_accum", t.grad_accum, 1));
+  ADCTL_RETURN_IF_ERROR(Positive("train.lr", t.lr));
+  ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta1", t.beta1));
+  ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta2", t.beta2));
+  ADCTL_RETURN_IF_ERROR(NonNegative("train.weight_decay", t.weight_decay));
+  ADCTL_RETURN_IF_ERROR(Positive("train.eps", t.eps));
+  ADCTL_RETURN_IF_ERROR(OneOf("train.lr_schedule", t.lr_schedule, {"constant", "cosine"}));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.warmup_steps", t.warmup_steps, 0));
+  ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
+  ADCTL_RETURN_IF_ERROR(OneOf("train.precision", t.precision, {"auto", "fp32", "bf16"}));
+  ADCTL_RETURN_IF_ERROR(OneOf("train.beta_schedule", t.beta_schedule, {"linear", "scaled_linear"}));
+  ADCTL_RETURN_IF_ERROR(Positive("train.beta_start", t.beta_start));
+  ADCTL_RETURN_IF_ERROR(Positive("train.beta_end", t.beta_end));
+  if (t.beta_end >= 1) {
+    return InvalidArgument("train.beta_end: must be < 1, got " + Show(t.beta_end));
+  }
+  if (t.beta_start > t.beta_end) {
+    return InvalidArgument("train.beta_start: must be <= train.beta_end (" + Show(t.beta_end) +
+                           "), got " + Show(t.beta_start));
+  }
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.num_train_timesteps", t.num_train_timesteps, 2));
+  ADCTL_RETURN_IF_ERROR(
+      OneOf("train.prediction_type", t.prediction_type, {"epsilon", "v_prediction"}));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.log_every", t.log_every, 1));
+  ADCTL_RETURN_IF_ERROR(Positive("train.bucket_cap_mb", t.bucket_cap_mb));
+  ADCTL_RETURN_IF_ERROR(OneOf("train.bucket_dtype", t.bucket_dtype, {"fp32", "bf16"}));
+
+  // checkpoint
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_last", s.checkpoint.keep_last, 1));
+
+  // resources
+  const ResourceSpec& r = s.resources;
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("resources.gpus", r.gpus, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("resources.max_restarts", r.max_restarts, 0));
+  ADCTL_RETURN_IF_ERROR(NonNegative("resources.grace_seconds", r.grace_seconds));
+  ADCTL_RETURN_IF_ERROR(
+      Positive("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds));
+  ADCTL_RETURN_IF_ERROR(NonNegative("resources.hang_timeout_seconds", r.hang_timeout_seconds));
+  return Status::Ok();
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  std::string out = "# adctl job spec (canonical form; every field is in docs/job-spec.md)\n";
+  std::string current_section;
+  ForEachField(spec, [&](const char* path_c, const auto& value) {
+    const std::string path = path_c;
+    if (path == "train.beta2") return;  // emitted with beta1 as "betas"
+    size_t dot = path.find('.');
+    if (dot == std::string::npos) {
+      out += path + ": " + EmitValue(value) + "\n";
+      return;
+    }
+    const std::string section = path.substr(0, dot);
+    if (section != current_section) {
+      out += section + ":\n";
+      current_section = section;
+    }
+    if (path == "train.beta1") {
+      out += "  betas: [" + FormatDouble(spec.train.beta1) + ", " + FormatDouble(spec.train.beta2) +
+             "]\n";
+      return;
+    }
+    out += "  " + path.substr(dot + 1) + ": " + EmitValue(value) + "\n";
+  });
+  return out;
+}
+
+bool operator==(const JobSpec& a, const JobSpec& b) {
+  using Value = std::variant<std::string, int64_t, double, bool>;
+  auto collect = [](const JobSpec& s) {
+    std::vector<Value> values;
+    ForEachField(s, [&](const char*, const auto& v) { values.emplace_back(v); });
+    return values;
+  };
+  return collect(a) == collect(b);
+}
+
+std::vector<std::string> JobSpecFieldPaths() {
+  std::vector<std::string> paths;
+  JobSpec spec;
+  ForEachField(spec, [&](const char* path, auto&) {
+    if (std::string(path) == "train.beta2") return;
+    paths.push_back(std::string(path) == "train.beta1" ? kBetas : path);
+  });
+  return paths;
+}
+
+}  // namespace adctl

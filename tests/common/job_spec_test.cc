@@ -1,0 +1,326 @@
+#include "common/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace adctl {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kTiny = R"(
+name: tiny-test
+model:
+  preset: tiny
+data:
+  kind: synthetic
+  frames: 8
+train:
+  max_steps: 5
+  lr: 3e-4
+  betas: [0.8, 0.95]
+)";
+
+Status ParseError(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  Result<JobSpec> spec = ParseJobSpec(yaml, overrides);
+  EXPECT_FALSE(spec.ok()) << "expected an error for:\n" << yaml;
+  return spec.status();
+}
+
+TEST(JobSpecTest, ParsesSectionsAndBetasList) {
+  Result<JobSpec> spec = ParseJobSpec(kTiny);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->name, "tiny-test");
+  EXPECT_EQ(spec->model.preset, "tiny");
+  EXPECT_EQ(spec->train.max_steps, 5);
+  EXPECT_DOUBLE_EQ(spec->train.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(spec->train.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(spec->train.beta2, 0.95);
+  // Untouched fields keep their defaults.
+  EXPECT_EQ(spec->data.height, 16);
+  EXPECT_EQ(spec->checkpoint.keep_last, 3);
+  EXPECT_EQ(spec->GlobalBatch(), 1);
+}
+
+TEST(JobSpecTest, AcceptsBeta1Beta2Keys) {
+  Result<JobSpec> spec = ParseJobSpec("model: {preset: tiny}\ntrain: {beta1: 0.5, beta2: 0.6}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_DOUBLE_EQ(spec->train.beta1, 0.5);
+  EXPECT_DOUBLE_EQ(spec->train.beta2, 0.6);
+  EXPECT_THAT(
+      ParseError("model: {preset: tiny}\ntrain: {betas: [0.9, 0.99], beta1: 0.5}\n").message(),
+      HasSubstr("train.betas"));
+}
+
+TEST(JobSpecTest, UnknownKeysNameTheDottedPath) {
+  Status st = ParseError("model: {preset: tiny}\ntrain:\n  learning_rate: 1e-4\n");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("unknown field 'train.learning_rate'"));
+  EXPECT_THAT(ParseError("model: {preset: tiny}\nmodle: {}\n").message(),
+              HasSubstr("unknown field 'modle'"));
+  EXPECT_THAT(ParseError("model: {preset: tiny, unet: x}\n").message(),
+              HasSubstr("unknown field 'model.unet'"));
+  // A near miss gets a suggestion.
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: {max_step: 3}\n").message(),
+              HasSubstr("did you mean 'train.max_steps'"));
+}
+
+TEST(JobSpecTest, WrongTypesNameFieldAndExpectation) {
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: {max_steps: 1.5}\n").message(),
+              HasSubstr("train.max_steps: expected an integer, got '1.5'"));
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: {lr: fast}\n").message(),
+              HasSubstr("train.lr: expected a number, got 'fast'"));
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: {lr: \"1e-4\"}\n").message(),
+              HasSubstr("train.lr: expected a number"));
+  EXPECT_THAT(ParseError("model: {preset: tiny, gradient_checkpointing: maybe}\n").message(),
+              HasSubstr("model.gradient_checkpointing: expected a boolean"));
+  EXPECT_THAT(ParseError("model: {preset: [tiny]}\n").message(),
+              HasSubstr("model.preset: expected a string, got a sequence"));
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: 3\n").message(),
+              HasSubstr("train: expected a mapping"));
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: {betas: [0.9]}\n").message(),
+              HasSubstr("train.betas: expected a list of two numbers"));
+  EXPECT_THAT(ParseError("- a\n- b\n").message(), HasSubstr("top level"));
+  EXPECT_THAT(ParseError("model: {preset: tiny\n").message(), HasSubstr("YAML error at line"));
+}
+
+TEST(JobSpecTest, DuplicateKeysAreErrors) {
+  EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain:\n  lr: 1\n  lr: 2\n").message(),
+              HasSubstr("train.lr"));
+}
+
+TEST(JobSpecTest, Overrides) {
+  Result<JobSpec> spec = ParseJobSpec(
+      kTiny, {"train.lr=1e-3", "train.betas=[0.9,0.99]", "resources.gpus=4",
+              "model.gradient_checkpointing=true", "name=renamed", "checkpoint.dir=/tmp/x y"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_DOUBLE_EQ(spec->train.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(spec->train.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(spec->train.beta2, 0.99);
+  EXPECT_EQ(spec->resources.gpus, 4);  // section absent from the file: created
+  EXPECT_TRUE(spec->model.gradient_checkpointing);
+  EXPECT_EQ(spec->name, "renamed");
+  EXPECT_EQ(spec->checkpoint.dir, "/tmp/x y");
+
+  // One beta over a file that uses the list form edits the list.
+  Result<JobSpec> one_beta = ParseJobSpec(kTiny, {"train.beta2=0.5"});
+  ASSERT_TRUE(one_beta.ok()) << one_beta.status().ToString();
+  EXPECT_DOUBLE_EQ(one_beta->train.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(one_beta->train.beta2, 0.5);
+
+  // An empty value sets an empty string.
+  Result<JobSpec> no_preset =
+      ParseJobSpec(kTiny, {"model.preset=", "model.unet_motion=/models/um"});
+  ASSERT_TRUE(no_preset.ok()) << no_preset.status().ToString();
+  EXPECT_EQ(no_preset->model.preset, "");
+  EXPECT_EQ(no_preset->model.unet_motion, "/models/um");
+
+  // Into an empty document.
+  Result<JobSpec> empty = ParseJobSpec("", {"model.preset=tiny"});
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+}
+
+TEST(JobSpecTest, OverrideErrors) {
+  EXPECT_THAT(ParseError(kTiny, {"train.lr"}).message(), HasSubstr("expected key=value"));
+  EXPECT_THAT(ParseError(kTiny, {"train.learning_rate=1"}).message(),
+              HasSubstr("unknown field 'train.learning_rate'"));
+  EXPECT_THAT(ParseError(kTiny, {"train=1"}).message(), HasSubstr("is a section"));
+  EXPECT_THAT(ParseError(kTiny, {"train.max_steps=abc"}).message(),
+              HasSubstr("train.max_steps: expected an integer, got 'abc'"));
+  EXPECT_THAT(ParseError(kTiny, {"train.lr=-1"}).message(),
+              HasSubstr("train.lr: must be > 0, got -1"));
+  EXPECT_THAT(ParseError(kTiny, {"train.betas=[0.9"}).message(), HasSubstr("YAML error"));
+}
+
+struct ValidationCase {
+  std::vector<std::string> overrides;
+  std::string expected;
+};
+
+TEST(JobSpecTest, ValidationNamesFieldAndValue) {
+  const std::vector<ValidationCase> cases = {
+      {{"train.lr=0"}, "train.lr: must be > 0, got 0"},
+      {{"train.batch_size=0"}, "train.batch_size: must be >= 1, got 0"},
+      {{"train.grad_accum=0"}, "train.grad_accum: must be >= 1, got 0"},
+      {{"train.max_steps=0"}, "train.max_steps: must be >= 1, got 0"},
+      {{"resources.gpus=0"}, "resources.gpus: must be >= 1, got 0"},
+      {{"checkpoint.keep_last=0"}, "checkpoint.keep_last: must be >= 1, got 0"},
+      {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps: must be >= 0, got -1"},
+      {{"train.warmup_steps=-1"}, "train.warmup_steps: must be >= 0, got -1"},
+      {{"train.betas=[1.0, 0.9]"}, "train.beta1: must be in [0, 1), got 1"},
+      {{"train.beta2=-0.1"}, "train.beta2: must be in [0, 1), got -0.1"},
+      {{"train.eps=0"}, "train.eps: must be > 0"},
+      {{"train.weight_decay=-1"}, "train.weight_decay: must be >= 0"},
+      {{"train.lr_schedule=linear"},
+       "train.lr_schedule: must be one of 'constant', 'cosine', got 'linear'"},
+      {{"train.precision=fp16"},
+       "train.precision: must be one of 'auto', 'fp32', 'bf16', got 'fp16'"},
+      {{"train.beta_schedule=cosine"}, "train.beta_schedule: must be one of"},
+      {{"train.prediction_type=sample"}, "train.prediction_type: must be one of"},
+      {{"train.beta_start=0.1", "train.beta_end=0.01"},
+       "train.beta_start: must be <= train.beta_end"},
+      {{"train.beta_end=1"}, "train.beta_end: must be < 1"},
+      {{"train.num_train_timesteps=1"}, "train.num_train_timesteps: must be >= 2"},
+      {{"train.log_every=0"}, "train.log_every: must be >= 1"},
+      {{"train.bucket_cap_mb=0"}, "train.bucket_cap_mb: must be > 0"},
+      {{"train.bucket_dtype=fp16"}, "train.bucket_dtype: must be one of"},
+      {{"train.max_grad_norm=nan"}, "train.max_grad_norm: must be a finite number"},
+      {{"train.lr=inf"}, "train.lr: must be a finite number"},
+      {{"data.kind=video"}, "data.kind: must be one of 'synthetic', 'latents', got 'video'"},
+      {{"data.kind=latents"}, "data.path: required for data.kind 'latents'"},
+      {{"data.path=/x"}, "data.path: only used with data.kind 'latents'"},
+      {{"data.frames=33"}, "data.frames: the tiny preset takes at most 32 frames, got 33"},
+      {{"data.frames=0"}, "data.frames: must be >= 1, got 0"},
+      {{"data.height=15"}, "data.height: must be even for the tiny preset, got 15"},
+      {{"data.num_samples=0"}, "data.num_samples: must be >= 1"},
+      {{"model.motion_norm=group"},
+       "model.motion_norm: must be one of 'auto', 'across_frames', 'per_frame', got 'group'"},
+      {{"model.preset_layout=v4"},
+       "model.preset_layout: must be one of 'v1', 'v2', 'v3', got 'v4'"},
+      {{"model.preset=huge"}, "model.preset: must be one of '', 'tiny', got 'huge'"},
+      {{"model.preset="}, "model: give a preset"},
+      {{"model.unet2d=/m"}, "model.preset: 'tiny' cannot be combined"},
+      {{"model.preset=", "model.unet2d=/a", "model.unet_motion=/b"},
+       "model.unet_motion: give either"},
+      {{"model.preset=", "model.unet_motion=/b", "model.motion_adapter=/c"},
+       "model.motion_adapter: '/c' needs model.unet2d"},
+      {{"model.motion_adapter=/c"}, "model.motion_adapter: '/c' needs model.unet2d"},
+      {{"model.motion_module_file=/f.safetensors"},
+       "model.motion_module_file: '/f.safetensors' needs"},
+      {{"resources.max_restarts=-1"}, "resources.max_restarts: must be >= 0"},
+      {{"resources.grace_seconds=-1"}, "resources.grace_seconds: must be >= 0"},
+      {{"resources.rendezvous_timeout_seconds=0"},
+       "resources.rendezvous_timeout_seconds: must be > 0"},
+      {{"resources.hang_timeout_seconds=-5"}, "resources.hang_timeout_seconds: must be >= 0"},
+      {{"name="}, "name: must be 1-63 characters"},
+      {{"name=a/b"}, "name: must be 1-63 characters"},
+  };
+  for (const auto& c : cases) {
+    Result<JobSpec> spec = ParseJobSpec(kTiny, c.overrides);
+    ASSERT_FALSE(spec.ok()) << c.overrides[0];
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr(c.expected)) << c.overrides[0];
+  }
+}
+
+TEST(JobSpecTest, Sd15WithAdapterIsValid) {
+  Result<JobSpec> spec = ParseJobSpec(R"(
+name: sd15-motion
+model:
+  unet2d: /models/sd15/unet
+  motion_adapter: /models/animatediff-motion-adapter-v1-5-2
+  motion_norm: auto
+  gradient_checkpointing: true
+data:
+  kind: latents
+  path: /data/webvid-latents
+  frames: 16
+  height: 64
+  width: 64
+  text_len: 77
+train:
+  max_steps: 5000
+  batch_size: 2
+  grad_accum: 4
+  lr: 1e-4
+  lr_schedule: cosine
+  warmup_steps: 100
+  precision: bf16
+  beta_schedule: scaled_linear
+resources:
+  gpus: 8
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->GlobalBatch(), 64);
+  EXPECT_EQ(spec->data.text_len, 77);
+}
+
+TEST(JobSpecTest, YamlRoundTrip) {
+  JobSpec s;
+  s.name = "round.trip_1";
+  s.model.preset = "";
+  s.model.unet2d = "/a path/with \"quotes\" and \\ backslash";
+  s.model.motion_adapter = "null";  // must stay a string
+  s.model.motion_module_file = "123";
+  s.model.gradient_checkpointing = true;
+  s.model.motion_norm = "per_frame";
+  s.data.kind = "latents";
+  s.data.path = "yes";
+  s.data.seed = 1234567890123;
+  s.train.lr = 0.1 + 0.2;  // not exactly representable in short decimal
+  s.train.beta1 = 0.85;
+  s.train.beta2 = 0.9995;
+  s.train.eps = 1e-12;
+  s.train.max_grad_norm = 0;
+  s.train.bucket_cap_mb = 12.5;
+  s.checkpoint.dir = "";
+  s.resources.priority = -7;
+  s.resources.grace_seconds = 1.0 / 3.0;
+  ASSERT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s).ToString();
+
+  const std::string yaml = JobSpecToYaml(s);
+  Result<JobSpec> back = ParseJobSpec(yaml);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << yaml;
+  EXPECT_TRUE(back.value() == s) << yaml;
+  EXPECT_EQ(JobSpecToYaml(back.value()), yaml);
+
+  JobSpec defaults;
+  defaults.model.preset = "tiny";
+  Result<JobSpec> back_defaults = ParseJobSpec(JobSpecToYaml(defaults));
+  ASSERT_TRUE(back_defaults.ok());
+  EXPECT_TRUE(back_defaults.value() == defaults);
+  back_defaults->train.seed = 1;
+  EXPECT_TRUE(back_defaults.value() != defaults);
+}
+
+TEST(JobSpecTest, CanonicalYamlHasEveryField) {
+  const std::string yaml = JobSpecToYaml(JobSpec());
+  for (const std::string& path : JobSpecFieldPaths()) {
+    const std::string key = path.substr(path.find('.') + 1);
+    EXPECT_THAT(
+        yaml,
+        HasSubstr("\n" + std::string(path.find('.') == std::string::npos ? "" : "  ") + key + ": "))
+        << path;
+  }
+}
+
+TEST(JobSpecTest, DocumentationCoversEveryField) {
+  std::ifstream in(std::string(ADCTL_REPO_ROOT) + "/docs/job-spec.md");
+  ASSERT_TRUE(in) << "docs/job-spec.md missing";
+  std::stringstream doc;
+  doc << in.rdbuf();
+  for (const std::string& path : JobSpecFieldPaths()) {
+    EXPECT_THAT(doc.str(), HasSubstr("`" + path + "`")) << "docs/job-spec.md lacks " << path;
+  }
+}
+
+TEST(JobSpecTest, LoadFile) {
+  const std::string path = ::testing::TempDir() + "/job_spec_test.yaml";
+  {
+    std::ofstream out(path);
+    out << kTiny;
+  }
+  Result<JobSpec> spec = LoadJobSpecFile(path, {"train.max_steps=7"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->train.max_steps, 7);
+
+  {
+    std::ofstream out(path);
+    out << "model: {preset: tiny}\ntrain: {lr: -1}\n";
+  }
+  Result<JobSpec> bad = LoadJobSpecFile(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr(path));
+  EXPECT_THAT(bad.status().message(), HasSubstr("train.lr"));
+
+  Result<JobSpec> missing = LoadJobSpecFile("/nonexistent/spec.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/spec.yaml"));
+}
+
+}  // namespace
+}  // namespace adctl
