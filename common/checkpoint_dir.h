@@ -1,0 +1,130 @@
+// Checkpoint directories: two-phase atomic commit, verification, and retention.
+//
+// Layout under a checkpoint root (a job's `checkpoint.dir`, default <job-dir>/checkpoints):
+//
+//   <root>/.tmp-step-00000010-<pid>/   being written (CheckpointWriter::dir())
+//   <root>/step-00000010/              committed: the caller's files + manifest.json
+//
+// Commit protocol (docs/research/job-service-anchors.md §5: resume only from *committed*
+// checkpoints): fsync every file while hashing it, write manifest.json
+// {format_version, step, created_unix, metadata, files: [{path, bytes, sha256}]}, fsync it and
+// the directory, rename the directory to step-NNNNNNNN, fsync the root. A crash at any point
+// leaves either the previous set of committed checkpoints or the new one, plus at most a
+// .tmp-* directory that ApplyRetention removes once its writer's pid is gone.
+//
+// Thread-safety: the free functions may run concurrently on different roots; one writer per
+// root at a time (only rank 0 writes). Pids are host-local: do not run retention on one host
+// while another host is writing into the same root.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace adctl {
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+inline constexpr const char* kCheckpointManifestName = "manifest.json";
+
+// "step-00000010" (8 digits; longer numbers are printed in full).
+std::string CheckpointDirName(int64_t step);
+
+struct CheckpointFileEntry {
+  std::string path;  // relative to the checkpoint directory, '/'-separated
+  int64_t bytes = 0;
+  std::string sha256;  // lowercase hex
+};
+
+struct CheckpointManifest {
+  int64_t format_version = kCheckpointFormatVersion;
+  int64_t step = 0;
+  int64_t created_unix = 0;
+  nlohmann::json metadata = nlohmann::json::object();  // the caller's object, stored verbatim
+  std::vector<CheckpointFileEntry> files;              // sorted by path; manifest.json excluded
+
+  int64_t TotalBytes() const;
+  nlohmann::json ToJson() const;
+  // DataLoss naming the bad field if `j` is not a well-formed manifest.
+  static Result<CheckpointManifest> FromJson(const nlohmann::json& j);
+};
+
+// A committed checkpoint directory.
+struct CheckpointInfo {
+  int64_t step = 0;
+  std::string path;   // <root>/step-NNNNNNNN
+  int64_t bytes = 0;  // sum of the sizes of the regular files in it (manifest included)
+};
+
+class CheckpointWriter {
+ public:
+  // Creates <root> if needed and a fresh <root>/.tmp-step-NNNNNNNN-<pid>/ (a leftover one of
+  // this name is removed first).
+  static Result<CheckpointWriter> Begin(const std::string& root, int64_t step);
+
+  CheckpointWriter(CheckpointWriter&& other) noexcept;
+  CheckpointWriter& operator=(CheckpointWriter&& other) noexcept;
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  // Aborts (removes the temporary directory) if neither Commit nor Abort succeeded.
+  ~CheckpointWriter();
+
+  // The temporary directory to write files into (subdirectories allowed; regular files only;
+  // the name manifest.json at the top is reserved).
+  const std::string& dir() const { return tmp_dir_; }
+  int64_t step() const { return step_; }
+
+  // Commits as described above and returns the committed path <root>/step-NNNNNNNN. `metadata`
+  // must be a JSON object (or null, stored as {}). An existing directory of the same step (e.g.
+  // a corrupt one that resume skipped) is replaced. On error the temporary directory is kept
+  // for inspection; the destructor or ApplyRetention removes it.
+  Result<std::string> Commit(const nlohmann::json& metadata = nlohmann::json::object());
+  // Removes the temporary directory. Idempotent.
+  void Abort();
+
+ private:
+  CheckpointWriter(std::string root, std::string tmp_dir, int64_t step)
+      : root_(std::move(root)), tmp_dir_(std::move(tmp_dir)), step_(step) {}
+
+  std::string root_;
+  std::string tmp_dir_;
+  int64_t step_ = 0;
+  bool done_ = false;  // committed, aborted or moved from
+};
+
+// Committed checkpoints under `root`, sorted by step (ascending). A missing root is an empty
+// list. Temporary and unrelated entries are ignored.
+Result<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& root);
+
+// Reads <dir>/manifest.json and checks every listed file's presence, size and sha256.
+// DataLoss naming the file on a missing file, size or hash mismatch, or an unreadable or
+// malformed manifest (also if the manifest's step disagrees with a step-N directory name);
+// FailedPrecondition for a manifest of a newer format version.
+Result<CheckpointManifest> VerifyCheckpoint(const std::string& dir);
+
+struct VerifiedCheckpoint {
+  CheckpointInfo info;
+  CheckpointManifest manifest;
+};
+
+// The newest committed checkpoint that verifies; checkpoints that do not verify are logged
+// (warning) and skipped. nullopt if there is none.
+Result<std::optional<VerifiedCheckpoint>> LatestVerifiedCheckpoint(const std::string& root);
+
+struct RetentionResult {
+  std::vector<std::string> removed;  // paths removed (checkpoints and stale temporaries)
+  int64_t bytes_freed = 0;
+};
+
+// Keeps the newest `keep_last` (>= 1) committed checkpoints and deletes the older ones, except
+// `protect_path` ("" for none; e.g. the checkpoint the current attempt resumed from). Also
+// removes .tmp-* (and .trash-*) directories whose writer pid is no longer alive. Idempotent;
+// entries that vanish meanwhile are not errors. Run it after a commit, never before.
+Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_last,
+                                       const std::string& protect_path = "");
+
+}  // namespace adctl

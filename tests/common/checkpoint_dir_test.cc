@@ -1,0 +1,269 @@
+#include "common/checkpoint_dir.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/sha256.h"
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class CheckpointDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(::testing::TempDir()) /
+            ("ckpt-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void WriteFile(const fs::path& path, const std::string& contents) {
+    fs::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary);
+    out << contents;
+  }
+  static std::string ReadFile(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  // Commits a checkpoint with two files (one in a subdirectory) and returns its path.
+  std::string CommitStep(int64_t step, const std::string& payload = "weights") {
+    Result<CheckpointWriter> writer = CheckpointWriter::Begin(root_.string(), step);
+    EXPECT_TRUE(writer.ok()) << writer.status().ToString();
+    WriteFile(fs::path(writer->dir()) / "motion_modules.safetensors", payload);
+    WriteFile(fs::path(writer->dir()) / "optimizer" / "state.bin", payload + "-adam");
+    Result<std::string> committed = writer->Commit({{"loss", 0.5}, {"attempt", 2}});
+    EXPECT_TRUE(committed.ok()) << committed.status().ToString();
+    return committed.ok() ? committed.value() : "";
+  }
+
+  static pid_t DeadPid() {
+    pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    ::waitpid(pid, nullptr, 0);
+    return pid;
+  }
+
+  fs::path root_;
+};
+
+TEST_F(CheckpointDirTest, CommitWritesManifestAndRenames) {
+  Result<CheckpointWriter> writer = CheckpointWriter::Begin(root_.string(), 10);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_EQ(fs::path(writer->dir()).filename().string(),
+            ".tmp-step-00000010-" + std::to_string(::getpid()));
+  EXPECT_TRUE(fs::is_directory(writer->dir()));
+  WriteFile(fs::path(writer->dir()) / "a.bin", "hello");
+  WriteFile(fs::path(writer->dir()) / "sub" / "b.bin", "");
+  const std::string tmp = writer->dir();
+
+  Result<std::string> committed = writer->Commit({{"loss", 0.25}});
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_EQ(committed.value(), (root_ / "step-00000010").string());
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(ReadFile(root_ / "step-00000010" / "a.bin"), "hello");
+
+  nlohmann::json manifest =
+      nlohmann::json::parse(ReadFile(root_ / "step-00000010" / "manifest.json"));
+  EXPECT_EQ(manifest["format_version"], 1);
+  EXPECT_EQ(manifest["step"], 10);
+  EXPECT_GT(manifest["created_unix"].get<int64_t>(), 1600000000);
+  EXPECT_EQ(manifest["metadata"]["loss"], 0.25);
+  ASSERT_EQ(manifest["files"].size(), 2u);
+  EXPECT_EQ(manifest["files"][0]["path"], "a.bin");
+  EXPECT_EQ(manifest["files"][0]["bytes"], 5);
+  EXPECT_EQ(manifest["files"][0]["sha256"], Sha256Hex("hello"));
+  EXPECT_EQ(manifest["files"][1]["path"], "sub/b.bin");
+  EXPECT_EQ(manifest["files"][1]["bytes"], 0);
+
+  Result<CheckpointManifest> verified = VerifyCheckpoint(committed.value());
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(verified->step, 10);
+  EXPECT_EQ(verified->TotalBytes(), 5);
+  EXPECT_EQ(verified->metadata["loss"], 0.25);
+
+  // A second commit of the same writer is refused.
+  EXPECT_EQ(writer->Commit().status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CheckpointDirTest, RejectsBadMetadataAndReservedName) {
+  Result<CheckpointWriter> writer = CheckpointWriter::Begin(root_.string(), 1);
+  ASSERT_TRUE(writer.ok());
+  EXPECT_EQ(writer->Commit(nlohmann::json::array()).status().code(), StatusCode::kInvalidArgument);
+  WriteFile(fs::path(writer->dir()) / "manifest.json", "{}");
+  EXPECT_THAT(writer->Commit().status().message(), HasSubstr("reserved"));
+}
+
+TEST_F(CheckpointDirTest, DestructorAndAbortRemoveTemporary) {
+  std::string tmp;
+  {
+    Result<CheckpointWriter> writer = CheckpointWriter::Begin(root_.string(), 3);
+    ASSERT_TRUE(writer.ok());
+    tmp = writer->dir();
+    WriteFile(fs::path(tmp) / "x", "x");
+  }
+  EXPECT_FALSE(fs::exists(tmp));
+  Result<CheckpointWriter> writer = CheckpointWriter::Begin(root_.string(), 3);
+  ASSERT_TRUE(writer.ok());
+  writer->Abort();
+  writer->Abort();
+  EXPECT_FALSE(fs::exists(writer->dir()));
+  EXPECT_TRUE(ListCheckpoints(root_.string())->empty());
+}
+
+TEST_F(CheckpointDirTest, ListIsSortedAndIgnoresOthers) {
+  CommitStep(20);
+  CommitStep(3);
+  CommitStep(100000000);  // wider than 8 digits
+  fs::create_directories(root_ / ".tmp-step-00000030-1");
+  fs::create_directories(root_ / "step-abc");
+  WriteFile(root_ / "step-00000040", "a file, not a directory");
+  Result<std::vector<CheckpointInfo>> list = ListCheckpoints(root_.string());
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].step, 3);
+  EXPECT_EQ((*list)[1].step, 20);
+  EXPECT_EQ((*list)[2].step, 100000000);
+  EXPECT_EQ(fs::path((*list)[2].path).filename(), "step-100000000");
+  EXPECT_GT((*list)[0].bytes, static_cast<int64_t>(std::string("weights").size()));
+
+  EXPECT_TRUE(ListCheckpoints((root_ / "missing").string())->empty());
+}
+
+TEST_F(CheckpointDirTest, VerifyDetectsCorruption) {
+  const fs::path dir = CommitStep(10, "0123456789");
+  const fs::path file = dir / "motion_modules.safetensors";
+
+  // One flipped byte, same size.
+  WriteFile(file, "0123456788");
+  Status st = VerifyCheckpoint(dir.string()).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(), HasSubstr("motion_modules.safetensors"));
+  EXPECT_THAT(st.message(), HasSubstr("sha256"));
+
+  // Truncated.
+  WriteFile(file, "01234");
+  st = VerifyCheckpoint(dir.string()).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(), HasSubstr("motion_modules.safetensors: size 5 bytes"));
+
+  // Deleted.
+  fs::remove(file);
+  st = VerifyCheckpoint(dir.string()).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(), HasSubstr("motion_modules.safetensors"));
+
+  // Manifest garbage / missing.
+  WriteFile(dir / "manifest.json", "{not json");
+  st = VerifyCheckpoint(dir.string()).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(), HasSubstr("manifest.json"));
+  fs::remove(dir / "manifest.json");
+  st = VerifyCheckpoint(dir.string()).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(), HasSubstr("manifest.json"));
+}
+
+TEST_F(CheckpointDirTest, VerifyRejectsUnsafeAndMismatchedManifests) {
+  const fs::path dir = CommitStep(10);
+  nlohmann::json m = nlohmann::json::parse(ReadFile(dir / "manifest.json"));
+  m["step"] = 11;
+  WriteFile(dir / "manifest.json", m.dump());
+  EXPECT_THAT(VerifyCheckpoint(dir.string()).status().message(),
+              HasSubstr("does not match the directory name"));
+  m["step"] = 10;
+  m["files"][0]["path"] = "../../etc/passwd";
+  WriteFile(dir / "manifest.json", m.dump());
+  EXPECT_THAT(VerifyCheckpoint(dir.string()).status().message(), HasSubstr("unsafe file path"));
+  m["files"][0]["path"] = "motion_modules.safetensors";
+  m["format_version"] = 99;
+  WriteFile(dir / "manifest.json", m.dump());
+  EXPECT_EQ(VerifyCheckpoint(dir.string()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CheckpointDirTest, LatestVerifiedSkipsCorrupt) {
+  Result<std::optional<VerifiedCheckpoint>> none = LatestVerifiedCheckpoint(root_.string());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  CommitStep(10);
+  const fs::path newest = CommitStep(20);
+  fs::create_directories(root_ / ".tmp-step-00000030-999999");  // a crash mid-write: ignored
+  WriteFile(newest / "motion_modules.safetensors", "corrupt");
+
+  Result<std::optional<VerifiedCheckpoint>> latest = LatestVerifiedCheckpoint(root_.string());
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->info.step, 10);
+  EXPECT_EQ((*latest)->manifest.step, 10);
+  EXPECT_EQ((*latest)->manifest.metadata["attempt"], 2);
+}
+
+TEST_F(CheckpointDirTest, RecommitReplacesSameStep) {
+  const fs::path dir = CommitStep(20, "old");
+  WriteFile(dir / "motion_modules.safetensors", "corrupted");
+  CommitStep(20, "new");
+  EXPECT_TRUE(VerifyCheckpoint(dir.string()).ok());
+  EXPECT_EQ(ReadFile(dir / "motion_modules.safetensors"), "new");
+  EXPECT_EQ(ListCheckpoints(root_.string())->size(), 1u);
+  for (const auto& entry : fs::directory_iterator(root_)) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".trash", 0), std::string::npos);
+  }
+}
+
+TEST_F(CheckpointDirTest, RetentionKeepsNewestAndProtected) {
+  for (int64_t step : {10, 20, 30, 40, 50}) CommitStep(step);
+  const std::string protect = (root_ / "step-00000010").string();
+  const pid_t dead = DeadPid();
+  const fs::path stale = root_ / (".tmp-step-00000060-" + std::to_string(dead));
+  const fs::path live = root_ / (".tmp-step-00000070-" + std::to_string(::getpid()));
+  WriteFile(stale / "partial.bin", "xxxx");
+  fs::create_directories(live);
+
+  Result<RetentionResult> result = ApplyRetention(root_.string(), 2, protect);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  std::vector<int64_t> steps;
+  Result<std::vector<CheckpointInfo>> list = ListCheckpoints(root_.string());
+  ASSERT_TRUE(list.ok());
+  for (const auto& c : list.value()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{10, 40, 50}));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));          // its writer (this process) is alive
+  EXPECT_EQ(result->removed.size(), 3u);  // steps 20, 30 and the stale temporary
+  EXPECT_GT(result->bytes_freed, 4);
+
+  // Idempotent.
+  Result<RetentionResult> again = ApplyRetention(root_.string(), 2, protect);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->removed.empty());
+  EXPECT_EQ(again->bytes_freed, 0);
+
+  // Without protection the old one goes too; keep_last must be >= 1.
+  ASSERT_TRUE(ApplyRetention(root_.string(), 2).ok());
+  EXPECT_EQ(ListCheckpoints(root_.string())->size(), 2u);
+  EXPECT_EQ(ApplyRetention(root_.string(), 0).status().code(), StatusCode::kInvalidArgument);
+  // A missing root is fine.
+  EXPECT_TRUE(ApplyRetention((root_ / "missing").string(), 1).ok());
+}
+
+TEST(CheckpointDirNameTest, Format) {
+  EXPECT_EQ(CheckpointDirName(10), "step-00000010");
+  EXPECT_EQ(CheckpointDirName(0), "step-00000000");
+  EXPECT_EQ(CheckpointDirName(123456789), "step-123456789");
+}
+
+}  // namespace
+}  // namespace adctl
