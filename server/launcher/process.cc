@@ -1,0 +1,88 @@
+#include "server/launcher/process.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace adctl {
+
+namespace {
+
+// Reads /proc/<pid>/stat: state (field 3) and start time (field 22). The command name (field 2)
+// may contain spaces and parentheses, so parsing starts after the last ')'.
+bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return false;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  // Fields from 3 on; start time is field 22, i.e. the 20th after the command.
+  for (int i = 3; i <= 22; ++i) {
+    if (!(fields >> field)) return false;
+    if (i == 3) *state = field.empty() ? '?' : field[0];
+    if (i == 22) *start_time = std::stoull(field);
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t ProcessStartTime(pid_t pid) {
+  char state = 0;
+  uint64_t start = 0;
+  if (pid <= 0 || !ReadStat(pid, &state, &start)) return 0;
+  return start;
+}
+
+bool ProcessAlive(pid_t pid, uint64_t start_time) {
+  char state = 0;
+  uint64_t start = 0;
+  if (pid <= 0 || !ReadStat(pid, &state, &start)) return false;
+  if (state == 'Z' || state == 'X') return false;
+  return start_time == 0 || start == start_time;
+}
+
+bool ProcessGroupExists(pid_t pgid) {
+  if (pgid <= 1) return false;
+  return killpg(pgid, 0) == 0 || errno == EPERM;
+}
+
+Status SignalProcessGroup(pid_t pgid, int signal) {
+  if (pgid <= 1) return InvalidArgument("refusing to signal process group " + std::to_string(pgid));
+  if (killpg(pgid, signal) == 0 || errno == ESRCH) return Status::Ok();
+  return Internal("killpg(" + std::to_string(pgid) + ", " + std::to_string(signal) +
+                  "): " + strerror(errno));
+}
+
+std::string ExitStatus::ToString() const {
+  if (signal != 0) {
+    const char* name = strsignal(signal);
+    return "killed by signal " + std::to_string(signal) +
+           (name ? std::string(" (") + name + ")" : "");
+  }
+  return "exited with code " + std::to_string(exit_code);
+}
+
+Result<ExitStatus> ReadExitFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("no exit file " + path);
+  std::string kind;
+  int value = 0;
+  if (!(in >> kind >> value)) return DataLoss("malformed exit file " + path);
+  ExitStatus st;
+  if (kind == "exit") {
+    st.exit_code = value;
+  } else if (kind == "signal") {
+    st.signal = value;
+  } else {
+    return DataLoss("malformed exit file " + path);
+  }
+  return st;
+}
+
+}  // namespace adctl

@@ -1,0 +1,37 @@
+// Small, testable wrappers over the process table (/proc) and process-group signals.
+// Thread-safe (no state).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace adctl {
+
+// The start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), or 0 when
+// there is no such process. Together with the pid it names one process across pid reuse.
+uint64_t ProcessStartTime(pid_t pid);
+
+// True when `pid` exists, is not a zombie, and (when `start_time` != 0) started at `start_time`.
+bool ProcessAlive(pid_t pid, uint64_t start_time);
+
+// True while any process is in process group `pgid`.
+bool ProcessGroupExists(pid_t pgid);
+
+// killpg that treats "no such group" as success.
+Status SignalProcessGroup(pid_t pgid, int signal);
+
+// How a rank's process ended.
+struct ExitStatus {
+  int exit_code = 0;             // valid when signal == 0
+  int signal = 0;                // killing signal, 0 on a normal exit
+  std::string ToString() const;  // "exited with code 2" / "killed by signal 9 (Killed)"
+};
+
+// The launcher's per-rank exit file: "exit N" or "signal N".
+Result<ExitStatus> ReadExitFile(const std::string& path);
+
+}  // namespace adctl

@@ -1,0 +1,249 @@
+// The supervisor end to end with real processes: a shell-script stand-in for adworker
+// (fake_worker.sh) whose behaviour is picked by the spec's name. Covers success, fatal and
+// retryable exits, gang teardown, cancel with SIGKILL after grace, pause/resume, queueing,
+// idempotent submission and re-attaching after a supervisor restart.
+#include "server/supervisor/supervisor.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+namespace adctl {
+namespace {
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/adctl-supervisor-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto store = Store::Open(dir_ + "/adctl.db");
+    ASSERT_TRUE(store.ok());
+    store_ = std::move(store.value());
+    StartSupervisor(2);
+  }
+  void TearDown() override {
+    supervisor_.reset();
+    store_.reset();
+    std::string cmd = "rm -rf " + dir_;
+    (void)system(cmd.c_str());
+  }
+  void StartSupervisor(int slots) {
+    SupervisorOptions o;
+    o.data_dir = dir_;
+    o.worker_binary = ADCTL_FAKE_WORKER;
+    o.coordinator_address = "127.0.0.1:1";
+    o.devices = CpuSlots(slots);
+    o.tick_ms = 20;
+    o.restart_backoff_seconds = 0.05;
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    ASSERT_TRUE(supervisor_->Start().ok());
+  }
+  std::string Spec(const std::string& name, int gpus, int max_restarts = 0, double grace = 5,
+                   int grad_accum = 1) {
+    return "name: " + name +
+           "\nmodel: {preset: tiny}\ndata: {kind: synthetic}\ntrain: {max_steps: 4, grad_accum: " +
+           std::to_string(grad_accum) + "}\nresources: {gpus: " + std::to_string(gpus) +
+           ", max_restarts: " + std::to_string(max_restarts) +
+           ", grace_seconds: " + std::to_string(grace) + "}\n";
+  }
+  std::string Submit(const std::string& yaml, const std::string& submission_id = "") {
+    SubmitRequest r;
+    r.spec_yaml = yaml;
+    r.submission_id = submission_id;
+    auto job = supervisor_->Submit(r);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? job->first.id : "";
+  }
+  JobRecord WaitFor(const std::string& id, JobState state, double seconds = 10) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto job = store_->GetJob(id);
+      if (job.ok() && job->state == state) return job.value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    auto job = store_->GetJob(id);
+    ADD_FAILURE() << id << " did not reach " << JobStateName(state) << "; it is "
+                  << JobStateName(job->state) << ": " << job->message;
+    return job.value();
+  }
+  bool NoProcessLeft(const std::string& id) {
+    auto job = store_->GetJob(id);
+    for (int attempt = 1; attempt <= job->attempt; ++attempt) {
+      for (const RankRecord& r : store_->ListRanks(id, attempt).value()) {
+        if (ProcessGroupExists(r.pgid)) return false;
+      }
+    }
+    return true;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+  LocalLauncher launcher_;
+  std::unique_ptr<Supervisor> supervisor_;
+};
+
+TEST_F(SupervisorTest, SucceedsWhenEveryRankExitsZero) {
+  std::string id = Submit(Spec("ok", 2));
+  JobRecord job = WaitFor(id, JobState::kSucceeded);
+  EXPECT_EQ(job.attempt, 1);
+  EXPECT_TRUE(job.devices.empty());  // released
+  auto ranks = store_->ListRanks(id, 1).value();
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& r : ranks) EXPECT_TRUE(r.exited);
+  EXPECT_EQ(store_->GetAttempt(id, 1)->end_reason, "all ranks finished");
+}
+
+TEST_F(SupervisorTest, FatalExitFailsWithoutRestart) {
+  std::string id = Submit(Spec("fatal", 1, /*max_restarts=*/3));
+  JobRecord job = WaitFor(id, JobState::kFailed);
+  EXPECT_EQ(job.restarts, 0);
+  EXPECT_NE(job.message.find("exited with code 2 (bad spec"), std::string::npos) << job.message;
+}
+
+TEST_F(SupervisorTest, RetryableExitRestartsUntilTheBudgetIsSpent) {
+  std::string id = Submit(Spec("crash", 1, /*max_restarts=*/2));
+  JobRecord job = WaitFor(id, JobState::kFailed);
+  EXPECT_EQ(job.restarts, 2);
+  EXPECT_EQ(job.attempt, 3);
+  EXPECT_NE(job.message.find("restarts exhausted (2/2)"), std::string::npos) << job.message;
+  int restarting = 0;
+  for (const auto& e : store_->ListEvents(id, 0).value()) {
+    restarting += e.to_state == JobState::kRestarting;
+  }
+  EXPECT_EQ(restarting, 2);
+}
+
+TEST_F(SupervisorTest, OneRankDyingTakesTheWholeAttemptDown) {
+  std::string id = Submit(Spec("crash-rank1", 2));
+  JobRecord job = WaitFor(id, JobState::kFailed);
+  EXPECT_NE(job.message.find("rank 1 exited with code 1"), std::string::npos) << job.message;
+  auto ranks = store_->ListRanks(id, 1).value();
+  EXPECT_EQ(ranks[0].exit_code, 75);  // SIGTERMed by the supervisor, stopped cleanly
+  EXPECT_TRUE(NoProcessLeft(id));
+}
+
+TEST_F(SupervisorTest, CancelSigkillsAfterTheGracePeriod) {
+  std::string id = Submit(Spec("stubborn", 2, 0, /*grace=*/0.5));
+  WaitFor(id, JobState::kStarting);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto c = supervisor_->Cancel(id, std::nullopt, false);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->state, JobState::kCancelling);
+  JobRecord job = WaitFor(id, JobState::kCancelled);
+  EXPECT_TRUE(NoProcessLeft(id));
+  EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_signal, SIGKILL);
+  EXPECT_EQ(supervisor_->Cancel(id, std::nullopt, false).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SupervisorTest, PauseThenResumeStartsANewAttempt) {
+  std::string id = Submit(Spec("sleep", 1));
+  WaitFor(id, JobState::kStarting);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(supervisor_->Pause(id, std::nullopt).ok());
+  JobRecord paused = WaitFor(id, JobState::kPaused);
+  EXPECT_TRUE(NoProcessLeft(id));
+  EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_code, 75);
+  EXPECT_EQ(supervisor_->Pause(id, std::nullopt).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(supervisor_->Resume(id, std::nullopt).ok());
+  JobRecord resumed = WaitFor(id, JobState::kStarting);
+  EXPECT_EQ(resumed.attempt, 2);
+  ASSERT_TRUE(supervisor_->Cancel(id, std::nullopt, /*force=*/true).ok());
+  WaitFor(id, JobState::kCancelled);
+  EXPECT_TRUE(NoProcessLeft(id));
+}
+
+TEST_F(SupervisorTest, ResumeOnADifferentRankCountKeepsTheGlobalBatch) {
+  supervisor_.reset();
+  StartSupervisor(4);
+  std::string id = Submit(Spec("sleep", 2, 0, 5, /*grad_accum=*/3));  // global batch 6
+  ASSERT_TRUE(supervisor_->Pause(id, std::nullopt).ok());  // pauses while queued or starting
+  WaitFor(id, JobState::kPaused);
+  auto bad = supervisor_->Resume(id, 4);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("not a multiple"), std::string::npos)
+      << bad.status().message();
+  auto ok = supervisor_->Resume(id, 1);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->gpus, 1);
+  EXPECT_NE(ok->spec_yaml.find("grad_accum: 6"), std::string::npos) << ok->spec_yaml;
+  supervisor_->Cancel(id, std::nullopt, true);
+  WaitFor(id, JobState::kCancelled);
+}
+
+TEST_F(SupervisorTest, QueuedJobSaysWhyItWaits) {
+  std::string a = Submit(Spec("sleep", 2));
+  WaitFor(a, JobState::kStarting);
+  std::string b = Submit(Spec("ok", 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(store_->GetJob(b)->state, JobState::kQueued);
+  EXPECT_EQ(supervisor_->WaitReason(b), "waiting for 1 CPU slot: 0 free, in use by " + a);
+  supervisor_->Cancel(a, std::nullopt, false);
+  WaitFor(b, JobState::kSucceeded);
+}
+
+TEST_F(SupervisorTest, SubmissionIdMakesSubmitIdempotent) {
+  std::string a = Submit(Spec("sleep", 1), "ci-1");
+  std::string again = Submit(Spec("sleep", 1), "ci-1");
+  EXPECT_EQ(a, again);
+  SubmitRequest other;
+  other.spec_yaml = Spec("ok", 1);
+  other.submission_id = "ci-1";
+  EXPECT_EQ(supervisor_->Submit(other).status().code(), StatusCode::kAlreadyExists);
+  supervisor_->Cancel(a, std::nullopt, true);
+  WaitFor(a, JobState::kCancelled);
+}
+
+TEST_F(SupervisorTest, RejectsBadSpecsWithTheFieldName) {
+  SubmitRequest r;
+  r.spec_yaml = Spec("ok", 3);  // 2 slots
+  auto too_big = supervisor_->Submit(r);
+  EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_big.status().message().find("resources.gpus"), std::string::npos);
+  r.spec_yaml = "name: x\nmodel: {preset: tiny}\ntrain: {max_steps: -1}\n";
+  auto bad = supervisor_->Submit(r);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("train.max_steps"), std::string::npos)
+      << bad.status().message();
+}
+
+TEST_F(SupervisorTest, RestartedSupervisorReattachesLiveRanks) {
+  std::string id = Submit(Spec("sleep", 2));
+  WaitFor(id, JobState::kStarting);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  supervisor_.reset();  // like adctld going away: the ranks keep running
+  auto ranks = store_->ListRanks(id, 1).value();
+  for (const auto& r : ranks) EXPECT_TRUE(ProcessAlive(r.pgid, r.pgid_start_time));
+  StartSupervisor(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(store_->GetJob(id)->state, JobState::kStarting);  // re-attached, not restarted
+  EXPECT_EQ(store_->GetJob(id)->attempt, 1);
+  ASSERT_TRUE(supervisor_->Cancel(id, std::nullopt, false).ok());
+  WaitFor(id, JobState::kCancelled);
+  EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_code, 75);  // read from the exit file
+  EXPECT_TRUE(NoProcessLeft(id));
+}
+
+TEST_F(SupervisorTest, RankThatDiedWhileTheSupervisorWasAwayCountsAsAFailure) {
+  std::string id = Submit(Spec("sleep", 1, /*max_restarts=*/1));
+  WaitFor(id, JobState::kStarting);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  supervisor_.reset();
+  auto rank = store_->ListRanks(id, 1).value()[0];
+  SignalProcessGroup(rank.pgid, SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  StartSupervisor(2);
+  JobRecord job = WaitFor(id, JobState::kStarting);
+  for (int i = 0; i < 100 && store_->GetJob(id)->attempt < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(store_->GetJob(id)->attempt, 2);
+  EXPECT_EQ(store_->GetJob(id)->restarts, 1);
+  supervisor_->Cancel(id, std::nullopt, true);
+  WaitFor(id, JobState::kCancelled);
+}
+
+}  // namespace
+}  // namespace adctl
