@@ -1,0 +1,290 @@
+// UNet3D against the diffusers reference fixtures (../shared/fixtures/diffusers-tiny):
+// prediction, loss and every motion-module gradient, loading paths and strict-loading errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "worker/model/weights.h"
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kFixtures = std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny";
+
+double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
+  return ((out - ref).norm() / ref.norm()).item<double>();
+}
+
+TensorMap MustRead(const std::string& path) {
+  auto t = ReadTensorFile(path);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : TensorMap{};
+}
+
+struct ParityResult {
+  double pred_error = 0, loss_error = 0, worst_grad_error = 0;
+  std::string worst_grad;
+  size_t grads = 0;
+};
+
+ParityResult RunParity(UNet3D model) {
+  auto io = MustRead(kFixtures + "/unet_motion_io.safetensors");
+  auto grads = MustRead(kFixtures + "/unet_motion_grads.safetensors");
+  model->FreezeAllButMotionModules();
+  auto pred = model->forward(io["sample"], io["timesteps"], io["encoder_hidden_states"]);
+  auto loss = torch::mse_loss(pred, io["target"]);
+  loss.backward();
+  ParityResult r;
+  r.pred_error = RelativeError(pred.detach(), io["pred"]);
+  r.loss_error = std::abs(loss.item<double>() - io["loss"].item<double>()) / io["loss"].item<double>();
+  auto params = model->MotionParameters();
+  r.grads = params.size();
+  for (const auto& [name, p] : params) {
+    auto it = grads.find(name);
+    if (it == grads.end()) {
+      ADD_FAILURE() << "reference has no gradient for " << name;
+      continue;
+    }
+    const double e = RelativeError(p.grad(), it->second);
+    if (e > r.worst_grad_error) {
+      r.worst_grad_error = e;
+      r.worst_grad = name;
+    }
+  }
+  EXPECT_EQ(r.grads, grads.size());
+  return r;
+}
+
+TEST(UNet3DParity, Unet2dPlusMotionAdapterMatchesDiffusers) {
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  src.motion_adapter = kFixtures + "/motion_adapter";
+  auto loaded = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_TRUE(loaded->model->motion_config().norm_across_frames);
+  auto r = RunParity(loaded->model);
+  EXPECT_LT(r.pred_error, 1e-4);
+  EXPECT_LT(r.loss_error, 1e-4);
+  EXPECT_LT(r.worst_grad_error, 1e-3) << r.worst_grad;
+  EXPECT_EQ(r.grads, 286u);
+}
+
+TEST(UNet3DParity, CombinedUNetMotionModelMatchesDiffusers) {
+  ModelSources src;
+  src.unet_motion = kFixtures + "/unet_motion";
+  auto loaded = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto r = RunParity(loaded->model);
+  EXPECT_LT(r.pred_error, 1e-4);
+  EXPECT_LT(r.worst_grad_error, 1e-3) << r.worst_grad;
+}
+
+TEST(UNet3DParity, GradientCheckpointingGivesTheSameGradients) {
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  src.motion_adapter = kFixtures + "/motion_adapter";
+  auto loaded = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  loaded->model->set_gradient_checkpointing(true);
+  auto r = RunParity(loaded->model);
+  EXPECT_LT(r.pred_error, 1e-4);
+  EXPECT_LT(r.worst_grad_error, 1e-3) << r.worst_grad;
+}
+
+TEST(UNet3DParity, PerFrameNormChangesTheOutput) {
+  ModelSources src;
+  src.unet_motion = kFixtures + "/unet_motion";
+  auto loaded = LoadUNet3D(src, "per_frame");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_FALSE(loaded->model->motion_config().norm_across_frames);
+  auto io = MustRead(kFixtures + "/unet_motion_io.safetensors");
+  torch::NoGradGuard no_grad;
+  auto pred = loaded->model->forward(io["sample"], io["timesteps"], io["encoder_hidden_states"]);
+  EXPECT_GT(RelativeError(pred, io["pred"]), 1e-3);
+}
+
+class WeightsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("adctl-weights-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(WeightsTest, SaveLoadRoundTripGivesIdenticalTensors) {
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  src.motion_adapter = kFixtures + "/motion_adapter";
+  auto a = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(SaveMotionAdapter(*a->model, (dir_ / "adapter").string()).ok());
+  ASSERT_TRUE(SaveUNet2D(*a->model, (dir_ / "unet2d").string()).ok());
+  // The saved adapter holds exactly the reference adapter's keys and values.
+  auto ref = MustRead(kFixtures + "/motion_adapter/diffusion_pytorch_model.safetensors");
+  auto ours = MustRead((dir_ / "adapter/diffusion_pytorch_model.safetensors").string());
+  ASSERT_EQ(ref.size(), ours.size());
+  for (const auto& [k, t] : ref) {
+    ASSERT_TRUE(ours.count(k)) << k;
+    EXPECT_TRUE(torch::equal(t, ours[k])) << k;
+  }
+  ModelSources again;
+  again.unet2d = (dir_ / "unet2d").string();
+  again.motion_adapter = (dir_ / "adapter").string();
+  auto b = LoadUNet3D(again, "auto");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto pa = a->model->named_parameters(true);
+  auto pb = b->model->named_parameters(true);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+}
+
+TEST_F(WeightsTest, AnimateDiffKeysMapToDiffusers) {
+  EXPECT_EQ(AnimateDiffKeyToDiffusers(
+                "module.down_blocks.0.motion_modules.1.temporal_transformer.transformer_blocks.0."
+                "attention_blocks.1.to_q.weight"),
+            "down_blocks.0.motion_modules.1.transformer_blocks.0.attn2.to_q.weight");
+  EXPECT_EQ(AnimateDiffKeyToDiffusers("up_blocks.3.motion_modules.2.temporal_transformer."
+                                      "transformer_blocks.0.ff_norm.bias"),
+            "up_blocks.3.motion_modules.2.transformer_blocks.0.norm3.bias");
+  EXPECT_EQ(AnimateDiffKeyToDiffusers("mid_block.motion_modules.0.temporal_transformer."
+                                      "transformer_blocks.0.norms.0.weight"),
+            "mid_block.motion_modules.0.transformer_blocks.0.norm1.weight");
+  EXPECT_EQ(AnimateDiffKeyToDiffusers("down_blocks.0.motion_modules.0.temporal_transformer."
+                                      "transformer_blocks.0.attention_blocks.0.pos_encoder.pe"),
+            "");
+  EXPECT_EQ(AnimateDiffKeyToDiffusers("down_blocks.0.resnets.0.conv1.weight"), "");
+}
+
+TEST_F(WeightsTest, OriginalAnimateDiffFileLoadsWithPerFrameNorm) {
+  // Write the fixture adapter under the original AnimateDiff key names, then load it.
+  auto ref = MustRead(kFixtures + "/motion_adapter/diffusion_pytorch_model.safetensors");
+  TensorMap original;
+  for (const auto& [k, t] : ref) {
+    if (k.find("pos_embed.pe") != std::string::npos) continue;
+    std::string o = k;
+    auto rename = [&o](const std::string& from, const std::string& to) {
+      auto p = o.find(from);
+      if (p != std::string::npos) o.replace(p, from.size(), to);
+    };
+    rename(".transformer_blocks.", ".temporal_transformer.transformer_blocks.");
+    rename(".norm.", ".temporal_transformer.norm.");
+    rename(".proj_in.", ".temporal_transformer.proj_in.");
+    rename(".proj_out.", ".temporal_transformer.proj_out.");
+    rename(".attn1.", ".attention_blocks.0.");
+    rename(".attn2.", ".attention_blocks.1.");
+    rename(".norm1.", ".norms.0.");
+    rename(".norm2.", ".norms.1.");
+    rename(".norm3.", ".ff_norm.");
+    original["module." + o] = t;
+  }
+  const auto file = (dir_ / "mm.safetensors").string();
+  ASSERT_TRUE(WriteTensorFile(file, original).ok());
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  src.motion_module_file = file;
+  src.motion_adapter = kFixtures + "/motion_adapter";  // config only: 2 heads, 8 groups
+  auto loaded = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->motion_format, "animatediff");
+  EXPECT_FALSE(loaded->model->motion_config().norm_across_frames);
+  // With the norm forced to diffusers' scope, the result equals the reference.
+  auto forced = LoadUNet3D(src, "across_frames");
+  ASSERT_TRUE(forced.ok());
+  auto r = RunParity(forced->model);
+  EXPECT_LT(r.pred_error, 1e-4);
+}
+
+TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
+  auto ref = MustRead(kFixtures + "/motion_adapter/diffusion_pytorch_model.safetensors");
+  fs::create_directories(dir_ / "adapter");
+  fs::copy_file(kFixtures + "/motion_adapter/config.json", dir_ / "adapter/config.json");
+  const auto weights = (dir_ / "adapter/diffusion_pytorch_model.safetensors").string();
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  src.motion_adapter = (dir_ / "adapter").string();
+
+  const std::string key = "down_blocks.1.motion_modules.0.proj_in.weight";
+  auto missing = ref;
+  missing.erase(key);
+  ASSERT_TRUE(WriteTensorFile(weights, missing).ok());
+  auto r1 = LoadUNet3D(src, "auto");
+  ASSERT_FALSE(r1.ok());
+  EXPECT_NE(r1.status().message().find("missing tensors: " + key), std::string::npos)
+      << r1.status().message();
+
+  auto extra = ref;
+  extra["down_blocks.0.motion_modules.7.proj_in.weight"] = torch::zeros({2});
+  ASSERT_TRUE(WriteTensorFile(weights, extra).ok());
+  auto r2 = LoadUNet3D(src, "auto");
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("unexpected tensors: down_blocks.0.motion_modules.7"),
+            std::string::npos)
+      << r2.status().message();
+
+  auto bad_shape = ref;
+  bad_shape[key] = torch::zeros({64, 3});
+  ASSERT_TRUE(WriteTensorFile(weights, bad_shape).ok());
+  auto r3 = LoadUNet3D(src, "auto");
+  ASSERT_FALSE(r3.ok());
+  EXPECT_NE(r3.status().message().find("'" + key + "' has shape [64, 3], the model expects [64, 64]"),
+            std::string::npos)
+      << r3.status().message();
+
+  // A truncated file is a clear error, not a crash.
+  {
+    std::ofstream f(weights, std::ios::binary | std::ios::trunc);
+    f << "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":";
+  }
+  auto r4 = LoadUNet3D(src, "auto");
+  ASSERT_FALSE(r4.ok());
+  EXPECT_NE(r4.status().message().find(weights), std::string::npos) << r4.status().message();
+}
+
+TEST(MotionModule, FreshModulesAreTheIdentityAndOnlyProjOutGetsGradients) {
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  auto loaded = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->motion_format, "new");
+  auto& model = loaded->model;
+  model->FreezeAllButMotionModules();
+  auto io = MustRead(kFixtures + "/unet_motion_io.safetensors");
+  auto pred = model->forward(io["sample"], io["timesteps"], io["encoder_hidden_states"]);
+  torch::mse_loss(pred, io["target"]).backward();
+  for (const auto& [name, p] : model->MotionParameters()) {
+    const bool proj_out = name.find(".proj_out.") != std::string::npos;
+    const double g = p.grad().abs().sum().item<double>();
+    if (proj_out) {
+      EXPECT_GT(g, 0) << name;
+    } else {
+      EXPECT_EQ(g, 0) << name;
+    }
+  }
+}
+
+TEST(MotionModule, PositionTableInterleavesSinAndCos) {
+  auto pe = SinusoidalPositionTable(32, 8);
+  EXPECT_FLOAT_EQ(pe[0][3][0].item<float>(), std::sin(3.0f));
+  EXPECT_FLOAT_EQ(pe[0][3][1].item<float>(), std::cos(3.0f));
+  EXPECT_NEAR(pe[0][5][2].item<float>(), std::sin(5.0 * std::exp(-2.0 * std::log(10000.0) / 8)), 1e-6);
+  // Rows do not depend on the table length.
+  EXPECT_TRUE(torch::allclose(SinusoidalPositionTable(24, 8), pe.slice(1, 0, 24)));
+}
+
+TEST(Timestep, FeaturesFollowTheFormula) {
+  auto f = TimestepFeatures(torch::tensor({0, 999}), 8, /*flip_sin_to_cos=*/true, 0);
+  // [cos, sin] halves after the flip; t = 0 gives cos 1, sin 0.
+  EXPECT_FLOAT_EQ(f[0][0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(f[0][4].item<float>(), 0.0f);
+  const double freq1 = std::exp(-std::log(10000.0) * 1 / 4);
+  EXPECT_NEAR(f[1][1].item<float>(), std::cos(999 * freq1), 1e-4);
+  EXPECT_NEAR(f[1][5].item<float>(), std::sin(999 * freq1), 1e-4);
+}
+
+}  // namespace
+}  // namespace adctl

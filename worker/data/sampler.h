@@ -1,0 +1,79 @@
+// Which dataset samples each rank trains on: like torch.utils.data.DistributedSampler, but
+// positioned by the GLOBAL sample count, so a run resumed on a different number of ranks
+// continues the same global sample sequence.
+//
+// Every epoch has its own seeded permutation of [0, dataset_size) (or the identity without
+// shuffling). The global position p counts the samples all ranks together consumed in the current
+// epoch. One Next(count) call on every rank consumes world_size * count positions; rank r gets
+//   permutation[p + i * world_size + r],  i < count,
+// so the ranks' batches interleave to exactly the batch one rank with world_size * count would
+// get (1 rank, batch 2b: s0 s1 s2 s3 ...; 2 ranks, batch b: rank 0 s0 s2 ..., rank 1 s1 s3 ...).
+// When fewer than world_size * count positions remain, the tail is dropped and the next epoch
+// begins, so no sample is seen twice in an epoch. Runs whose world_size * count agree see the
+// same sequence, epoch boundaries included.
+//
+// The permutation is computed here (SplitMix64 + Fisher-Yates), not by the standard library or
+// Torch, so it is identical across compilers, machines and LibTorch versions. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace adctl {
+
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, int rank, int world_size, uint64_t seed,
+                     bool shuffle = true);
+
+  // The next `count` dataset indices for this rank (see the file comment). Throws
+  // std::invalid_argument when world_size * count exceeds the dataset (no epoch could hold one
+  // global batch); CheckFits says so beforehand as a Status.
+  std::vector<int64_t> Next(int64_t count);
+
+  // kInvalidArgument when a global batch of world_size * count does not fit in the dataset.
+  static Status CheckFits(int64_t dataset_size, int world_size, int64_t count);
+
+  // Where the sampler stands: the epoch and the global position within it. Checkpoint this;
+  // it means the same for every world size.
+  struct State {
+    int64_t epoch = 0;
+    int64_t position = 0;
+  };
+  State state() const { return {epoch_, position_}; }
+  // Continues from `s`, also one saved by a run with another world size.
+  // kInvalidArgument when `s` cannot belong to this dataset.
+  Status Restore(State s);
+
+  // The run-wide number of the i-th sample of this rank's last Next() result:
+  // epoch * dataset_size + (its global position within the epoch). Unique over the run and the
+  // same whichever rank count drew the sample, so seeding per-sample noise by it makes N ranks
+  // equal to 1 rank.
+  int64_t GlobalPosition(int64_t i) const;
+
+  int64_t dataset_size() const { return dataset_size_; }
+  int64_t epoch() const { return epoch_; }
+
+ private:
+  const std::vector<int64_t>& Permutation();  // of epoch_, cached
+
+  // Constant after construction.
+  const int64_t dataset_size_;
+  const int rank_;
+  const int world_size_;
+  const uint64_t seed_;
+  const bool shuffle_;
+
+  int64_t epoch_ = 0;
+  int64_t position_ = 0;
+  // The last Next(): where it started (epoch, position), to answer GlobalPosition.
+  int64_t last_epoch_ = 0;
+  int64_t last_start_ = 0;
+  int64_t last_count_ = 0;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> permutation_;
+};
+
+}  // namespace adctl

@@ -1,0 +1,226 @@
+#include "worker/model/layers.h"
+
+#include <cmath>
+
+#include "worker/compat.h"
+
+namespace adctl {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+torch::Tensor As(const torch::Tensor& t, const torch::Tensor& like) {
+  return t.defined() && t.scalar_type() != like.scalar_type() ? t.to(like.scalar_type()) : t;
+}
+
+}  // namespace
+
+torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return torch::linear(x, As(layer->weight, x), As(layer->bias, x));
+}
+
+torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x) {
+  // Every conv of the SD UNet pads by (k − 1) / 2 ("same" for stride 1, downsample_padding 1).
+  const int64_t pad = layer->weight.size(-1) / 2;
+  return torch::conv2d(x, As(layer->weight, x), As(layer->bias, x), *layer->options.stride(),
+                       {pad, pad});
+}
+
+torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x) {
+  const auto& o = layer->options;
+  return torch::group_norm(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
+}
+
+torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x) {
+  const auto& o = layer->options;
+  return torch::layer_norm(x, o.normalized_shape(), As(layer->weight, x), As(layer->bias, x),
+                           o.eps());
+}
+
+torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,
+                               double freq_shift) {
+  const int64_t half = dim / 2;
+  auto options = torch::TensorOptions().dtype(torch::kFloat).device(timesteps.device());
+  auto exponent = -std::log(10000.0) * torch::arange(0, half, options) / (half - freq_shift);
+  auto args = timesteps.to(torch::kFloat).unsqueeze(1) * torch::exp(exponent).unsqueeze(0);
+  auto emb = torch::cat({torch::sin(args), torch::cos(args)}, -1);
+  if (flip_sin_to_cos) emb = torch::cat({emb.slice(1, half), emb.slice(1, 0, half)}, -1);
+  return emb;
+}
+
+TimestepEmbeddingImpl::TimestepEmbeddingImpl(int64_t in_dim, int64_t out_dim) {
+  linear_1 = register_module("linear_1", torch::nn::Linear(in_dim, out_dim));
+  linear_2 = register_module("linear_2", torch::nn::Linear(out_dim, out_dim));
+}
+
+torch::Tensor TimestepEmbeddingImpl::forward(const torch::Tensor& features) {
+  return LinearIn(linear_2, torch::silu(LinearIn(linear_1, features)));
+}
+
+ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels,
+                                     int64_t temb_channels, int64_t groups, double eps) {
+  auto gn = [&](int64_t c) {
+    return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, c).eps(eps));
+  };
+  auto conv3 = [](int64_t i, int64_t o) {
+    return torch::nn::Conv2d(torch::nn::Conv2dOptions(i, o, 3).padding(1));
+  };
+  norm1 = register_module("norm1", gn(in_channels));
+  conv1 = register_module("conv1", conv3(in_channels, out_channels));
+  time_emb_proj = register_module("time_emb_proj", torch::nn::Linear(temb_channels, out_channels));
+  norm2 = register_module("norm2", gn(out_channels));
+  conv2 = register_module("conv2", conv3(out_channels, out_channels));
+  if (in_channels != out_channels) {
+    conv_shortcut = register_module(
+        "conv_shortcut", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, out_channels, 1)));
+  }
+}
+
+torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& emb,
+                                         int64_t num_frames) {
+  auto h = Conv2dIn(conv1, torch::silu(GroupNormIn(norm1, x)));
+  // Project once per clip, then broadcast to its frames.
+  auto t = LinearIn(time_emb_proj, torch::silu(As(emb, x)));
+  t = t.repeat_interleave(num_frames, 0).unsqueeze(-1).unsqueeze(-1);
+  h = h + t;
+  h = Conv2dIn(conv2, torch::silu(GroupNormIn(norm2, h)));
+  auto shortcut = conv_shortcut ? Conv2dIn(conv_shortcut, x) : x;
+  return shortcut + h;
+}
+
+AttentionImpl::AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads,
+                             int64_t head_dim)
+    : heads(heads) {
+  const int64_t inner = heads * head_dim;
+  auto nobias = [](int64_t i, int64_t o) {
+    return torch::nn::Linear(torch::nn::LinearOptions(i, o).bias(false));
+  };
+  to_q = register_module("to_q", nobias(query_dim, inner));
+  to_k = register_module("to_k", nobias(context_dim, inner));
+  to_v = register_module("to_v", nobias(context_dim, inner));
+  to_out = register_module("to_out", torch::nn::ModuleList());
+  out_proj = torch::nn::Linear(inner, query_dim);
+  to_out->push_back(out_proj);
+  to_out->push_back(torch::nn::Dropout(0.0));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
+                                     int64_t repeat) {
+  const auto& ctx = context.defined() ? context : x;
+  auto q = LinearIn(to_q, x);
+  auto k = LinearIn(to_k, As(ctx, x));
+  auto v = LinearIn(to_v, As(ctx, x));
+  auto split = [this](const torch::Tensor& t) {  // [N, L, H·d] → [N, H, L, d]
+    return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
+  };
+  q = split(q);
+  k = split(k);
+  v = split(v);
+  if (repeat > 1) {
+    k = k.repeat_interleave(repeat, 0);
+    v = v.repeat_interleave(repeat, 0);
+  }
+  auto out = compat::ScaledDotProductAttention(q, k, v);
+  out = out.transpose(1, 2).reshape({x.size(0), x.size(1), -1});
+  return LinearIn(out_proj, out);
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult) {
+  const int64_t inner = dim * mult;
+  net = register_module("net", torch::nn::ModuleList());
+  auto geglu = std::make_shared<torch::nn::Module>();
+  proj = geglu->register_module("proj", torch::nn::Linear(dim, inner * 2));
+  net->push_back(geglu);
+  net->push_back(torch::nn::Dropout(0.0));
+  out = torch::nn::Linear(inner, dim);
+  net->push_back(out);
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  auto h = LinearIn(proj, x);
+  auto parts = h.chunk(2, -1);
+  return LinearIn(out, parts[0] * torch::gelu(parts[1]));
+}
+
+SpatialTransformerBlockImpl::SpatialTransformerBlockImpl(int64_t dim, int64_t heads,
+                                                         int64_t context_dim) {
+  auto ln = [dim] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-5)); };
+  norm1 = register_module("norm1", ln());
+  attn1 = register_module("attn1", Attention(dim, dim, heads, dim / heads));
+  norm2 = register_module("norm2", ln());
+  attn2 = register_module("attn2", Attention(dim, context_dim, heads, dim / heads));
+  norm3 = register_module("norm3", ln());
+  ff = register_module("ff", FeedForward(dim));
+}
+
+torch::Tensor SpatialTransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& context,
+                                                   int64_t repeat) {
+  x = attn1(LayerNormIn(norm1, x)) + x;
+  x = attn2(LayerNormIn(norm2, x), context, repeat) + x;
+  x = ff(LayerNormIn(norm3, x)) + x;
+  return x;
+}
+
+Transformer2DImpl::Transformer2DImpl(int64_t channels, int64_t heads, int64_t context_dim,
+                                     int64_t groups, bool linear_projection)
+    : linear_projection(linear_projection) {
+  norm = register_module(
+      "norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
+  if (linear_projection) {
+    proj_in = torch::nn::AnyModule(torch::nn::Linear(channels, channels));
+    proj_out = torch::nn::AnyModule(torch::nn::Linear(channels, channels));
+  } else {
+    proj_in = torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
+    proj_out =
+        torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
+  }
+  register_module("proj_in", proj_in.ptr());
+  transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
+  transformer_blocks->push_back(SpatialTransformerBlock(channels, heads, context_dim));
+  register_module("proj_out", proj_out.ptr());
+}
+
+torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
+                                         int64_t num_frames) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  auto y = GroupNormIn(norm, x);
+  auto to_tokens = [&](const torch::Tensor& t) { return t.permute({0, 2, 3, 1}).reshape({n, h * w, c}); };
+  auto from_tokens = [&](const torch::Tensor& t) {
+    return t.reshape({n, h, w, c}).permute({0, 3, 1, 2}).contiguous();
+  };
+  if (linear_projection) {
+    y = LinearIn(torch::nn::Linear(proj_in.ptr<torch::nn::LinearImpl>()), to_tokens(y));
+  } else {
+    y = to_tokens(Conv2dIn(torch::nn::Conv2d(proj_in.ptr<torch::nn::Conv2dImpl>()), y));
+  }
+  for (const auto& block : *transformer_blocks) {
+    y = block->as<SpatialTransformerBlockImpl>()->forward(y, context, num_frames);
+  }
+  if (linear_projection) {
+    y = from_tokens(LinearIn(torch::nn::Linear(proj_out.ptr<torch::nn::LinearImpl>()), y));
+  } else {
+    y = Conv2dIn(torch::nn::Conv2d(proj_out.ptr<torch::nn::Conv2dImpl>()), from_tokens(y));
+  }
+  return y + x;
+}
+
+Downsample2DImpl::Downsample2DImpl(int64_t channels, int64_t padding) {
+  conv = register_module(
+      "conv",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).stride(2).padding(padding)));
+}
+
+torch::Tensor Downsample2DImpl::forward(const torch::Tensor& x) { return Conv2dIn(conv, x); }
+
+Upsample2DImpl::Upsample2DImpl(int64_t channels) {
+  conv = register_module("conv",
+                         torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)));
+}
+
+torch::Tensor Upsample2DImpl::forward(const torch::Tensor& x, std::vector<int64_t> size) {
+  auto up = F::interpolate(x, F::InterpolateFuncOptions().size(size).mode(torch::kNearest));
+  return Conv2dIn(conv, up);
+}
+
+}  // namespace adctl

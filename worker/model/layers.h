@@ -1,0 +1,118 @@
+// The SD UNet's building blocks, registered under diffusers' exact parameter names:
+// timestep embedding, ResnetBlock2D, attention (self and cross), GEGLU feed-forward,
+// BasicTransformerBlock, Transformer2DModel (spatial), Downsample2D and Upsample2D.
+//
+// Activations are [(B·F), C, H, W] (frames folded into the batch) or tokens [N, L, C]. Every
+// forward computes in the input's dtype: weights stored in another dtype (fp32 trainable
+// motion modules under bf16 activations) are cast on the fly, so autograd reaches the fp32
+// master weights. Reference: diffusers models/resnet.py, attention.py, attention_processor.py,
+// transformers/transformer_2d.py, embeddings.py (docs/research/animatediff-spec.md §1.2).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace adctl {
+
+// Casting helpers: compute in x's dtype whatever the stored weight dtype.
+torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x);
+torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x);
+torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
+torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x);
+
+// Sinusoidal timestep features, [B] → [B, dim], fp32 (diffusers get_timestep_embedding).
+torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,
+                               double freq_shift);
+
+// time_embedding.linear_1 → SiLU → linear_2.
+class TimestepEmbeddingImpl : public torch::nn::Module {
+ public:
+  TimestepEmbeddingImpl(int64_t in_dim, int64_t out_dim);
+  torch::Tensor forward(const torch::Tensor& features);
+  torch::nn::Linear linear_1{nullptr}, linear_2{nullptr};
+};
+TORCH_MODULE(TimestepEmbedding);
+
+// norm1 → SiLU → conv1 → + time_emb_proj(SiLU(emb)) → norm2 → SiLU → conv2, + shortcut.
+class ResnetBlock2DImpl : public torch::nn::Module {
+ public:
+  ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t temb_channels,
+                    int64_t groups, double eps);
+  // x [(B·F), Cin, H, W]; emb [B, temb] (one per clip, broadcast to its frames).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& emb, int64_t num_frames);
+  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
+  torch::nn::Linear time_emb_proj{nullptr};
+};
+TORCH_MODULE(ResnetBlock2D);
+
+// Multi-head attention: to_q, to_k, to_v (no bias), to_out.0 (bias).
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads, int64_t head_dim);
+  // x [N, Lq, C]; context [N, Lk, Cctx] or undefined for self-attention. When context has
+  // fewer rows than x (one per clip) and `repeat` > 1, K and V are computed per clip and
+  // repeated `repeat` times (frames of a clip see the same text).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context = {},
+                        int64_t repeat = 1);
+  int64_t heads;
+  torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
+  torch::nn::ModuleList to_out;
+  torch::nn::Linear out_proj{nullptr};  // to_out.0
+};
+TORCH_MODULE(Attention);
+
+// ff.net.0.proj (C → 2·inner, GEGLU: a · GELU(gate)), ff.net.1 (dropout 0), ff.net.2.
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t mult = 4);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear proj{nullptr}, out{nullptr};
+  torch::nn::ModuleList net;
+};
+TORCH_MODULE(FeedForward);
+
+// Spatial BasicTransformerBlock: self-attn, cross-attn on text, GEGLU, pre-LayerNorm.
+class SpatialTransformerBlockImpl : public torch::nn::Module {
+ public:
+  SpatialTransformerBlockImpl(int64_t dim, int64_t heads, int64_t context_dim);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& context, int64_t repeat);
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+  Attention attn1{nullptr}, attn2{nullptr};
+  FeedForward ff{nullptr};
+};
+TORCH_MODULE(SpatialTransformerBlock);
+
+// Transformer2DModel: GroupNorm(eps 1e-6) → proj_in (1×1 conv or linear) → blocks → proj_out,
+// plus the residual.
+class Transformer2DImpl : public torch::nn::Module {
+ public:
+  Transformer2DImpl(int64_t channels, int64_t heads, int64_t context_dim, int64_t groups,
+                    bool linear_projection);
+  // x [(B·F), C, H, W]; context [B, L, D] per clip.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, int64_t num_frames);
+  bool linear_projection;
+  torch::nn::GroupNorm norm{nullptr};
+  torch::nn::AnyModule proj_in, proj_out;
+  torch::nn::ModuleList transformer_blocks;
+};
+TORCH_MODULE(Transformer2D);
+
+// 3×3 conv with stride 2.
+class Downsample2DImpl : public torch::nn::Module {
+ public:
+  Downsample2DImpl(int64_t channels, int64_t padding);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Conv2d conv{nullptr};
+};
+TORCH_MODULE(Downsample2D);
+
+// Nearest-neighbour upsampling to `size` (×2 normally), then a 3×3 conv.
+class Upsample2DImpl : public torch::nn::Module {
+ public:
+  explicit Upsample2DImpl(int64_t channels);
+  torch::Tensor forward(const torch::Tensor& x, std::vector<int64_t> size);
+  torch::nn::Conv2d conv{nullptr};
+};
+TORCH_MODULE(Upsample2D);
+
+}  // namespace adctl

@@ -1,0 +1,87 @@
+#include "worker/model/motion_module.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace adctl {
+
+torch::Tensor SinusoidalPositionTable(int64_t max_len, int64_t dim) {
+  auto position = torch::arange(max_len, torch::kFloat).unsqueeze(1);
+  auto div_term = torch::exp(torch::arange(0, dim, 2, torch::kFloat) * (-std::log(10000.0) / dim));
+  auto pe = torch::zeros({1, max_len, dim});
+  using torch::indexing::Slice;
+  pe.index_put_({0, Slice(), Slice(0, torch::indexing::None, 2)}, torch::sin(position * div_term));
+  pe.index_put_({0, Slice(), Slice(1, torch::indexing::None, 2)}, torch::cos(position * div_term));
+  return pe;
+}
+
+PositionalEmbeddingImpl::PositionalEmbeddingImpl(int64_t dim, int64_t max_len) {
+  pe = register_buffer("pe", SinusoidalPositionTable(max_len, dim));
+}
+
+torch::Tensor PositionalEmbeddingImpl::forward(const torch::Tensor& x) {
+  return x + pe.slice(1, 0, x.size(1)).to(x.scalar_type());
+}
+
+TemporalTransformerBlockImpl::TemporalTransformerBlockImpl(int64_t dim, int64_t heads,
+                                                           int64_t max_len) {
+  auto ln = [dim] { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-5)); };
+  norm1 = register_module("norm1", ln());
+  attn1 = register_module("attn1", Attention(dim, dim, heads, dim / heads));
+  norm2 = register_module("norm2", ln());
+  attn2 = register_module("attn2", Attention(dim, dim, heads, dim / heads));
+  norm3 = register_module("norm3", ln());
+  ff = register_module("ff", FeedForward(dim));
+  pos_embed = register_module("pos_embed", PositionalEmbedding(dim, max_len));
+}
+
+torch::Tensor TemporalTransformerBlockImpl::forward(torch::Tensor x) {
+  x = attn1(pos_embed(LayerNormIn(norm1, x))) + x;
+  x = attn2(pos_embed(LayerNormIn(norm2, x))) + x;
+  x = ff(LayerNormIn(norm3, x)) + x;
+  return x;
+}
+
+MotionModuleImpl::MotionModuleImpl(int64_t channels, int64_t heads, int64_t groups,
+                                   int64_t max_len)
+    : max_len(max_len) {
+  norm = register_module(
+      "norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
+  proj_in = register_module("proj_in", torch::nn::Linear(channels, channels));
+  transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
+  transformer_blocks->push_back(TemporalTransformerBlock(channels, heads, max_len));
+  proj_out = register_module("proj_out", torch::nn::Linear(channels, channels));
+}
+
+void MotionModuleImpl::ZeroInitProjOut() {
+  torch::NoGradGuard no_grad;
+  proj_out->weight.zero_();
+  proj_out->bias.zero_();
+}
+
+torch::Tensor MotionModuleImpl::forward(const torch::Tensor& x, int64_t num_frames,
+                                        bool norm_across_frames) {
+  if (num_frames > max_len) {
+    throw std::invalid_argument("motion module: " + std::to_string(num_frames) +
+                                " frames exceed motion_max_seq_length " + std::to_string(max_len));
+  }
+  const int64_t bf = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t b = bf / num_frames;
+  torch::Tensor tokens;  // [B, H, W, F, C]
+  if (norm_across_frames) {
+    auto clip = x.view({b, num_frames, c, h, w}).permute({0, 2, 1, 3, 4});  // [B, C, F, H, W]
+    tokens = GroupNormIn(norm, clip).permute({0, 3, 4, 2, 1});
+  } else {
+    tokens = GroupNormIn(norm, x).view({b, num_frames, c, h, w}).permute({0, 3, 4, 1, 2});
+  }
+  auto y = tokens.reshape({b * h * w, num_frames, c});
+  y = LinearIn(proj_in, y);
+  for (const auto& block : *transformer_blocks) {
+    y = block->as<TemporalTransformerBlockImpl>()->forward(y);
+  }
+  y = LinearIn(proj_out, y);
+  y = y.view({b, h, w, num_frames, c}).permute({0, 3, 4, 1, 2}).reshape({bf, c, h, w});
+  return y + x;
+}
+
+}  // namespace adctl

@@ -1,0 +1,56 @@
+// One AnimateDiff motion module: a temporal transformer that attends over the frame axis.
+//
+// diffusers `AnimateDiffTransformer3D` (models/unets/unet_motion_model.py), keys as there:
+// norm (GroupNorm, eps 1e-6) → proj_in (Linear) → transformer_blocks.0 [norm1 + pos_embed →
+// attn1 (self, over frames); norm2 + pos_embed → attn2 (self again); norm3 → ff (GEGLU)] →
+// proj_out (Linear) + residual. The module ignores the timestep and the text
+// (docs/research/animatediff-spec.md §2.3). `pos_embed.pe` [1, max_seq_length, C] is the
+// sinusoidal table with interleaved sin/cos, recomputed at construction and saved for
+// diffusers compatibility.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "worker/model/layers.h"
+
+namespace adctl {
+
+// Sinusoidal position table [1, max_len, dim]: pe[p, 2i] = sin(p·ω_i), pe[p, 2i+1] = cos(p·ω_i),
+// ω_i = exp(-2i·ln(10000)/dim).
+torch::Tensor SinusoidalPositionTable(int64_t max_len, int64_t dim);
+
+class PositionalEmbeddingImpl : public torch::nn::Module {
+ public:
+  PositionalEmbeddingImpl(int64_t dim, int64_t max_len);
+  torch::Tensor forward(const torch::Tensor& x);  // x [N, F, C]: x + pe[:, :F]
+  torch::Tensor pe;
+};
+TORCH_MODULE(PositionalEmbedding);
+
+class TemporalTransformerBlockImpl : public torch::nn::Module {
+ public:
+  TemporalTransformerBlockImpl(int64_t dim, int64_t heads, int64_t max_len);
+  torch::Tensor forward(torch::Tensor x);  // x [B·H·W, F, C]
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+  Attention attn1{nullptr}, attn2{nullptr};
+  FeedForward ff{nullptr};
+  PositionalEmbedding pos_embed{nullptr};
+};
+TORCH_MODULE(TemporalTransformerBlock);
+
+class MotionModuleImpl : public torch::nn::Module {
+ public:
+  MotionModuleImpl(int64_t channels, int64_t heads, int64_t groups, int64_t max_len);
+  // x [(B·F), C, H, W] → same shape. `norm_across_frames`: GroupNorm statistics over all
+  // frames of a clip (diffusers) or per frame (original AnimateDiff), spec §2.5.
+  torch::Tensor forward(const torch::Tensor& x, int64_t num_frames, bool norm_across_frames);
+  // New-module initialisation: proj_out zeroed so the module starts as the identity.
+  void ZeroInitProjOut();
+  int64_t max_len;
+  torch::nn::GroupNorm norm{nullptr};
+  torch::nn::Linear proj_in{nullptr}, proj_out{nullptr};
+  torch::nn::ModuleList transformer_blocks;
+};
+TORCH_MODULE(MotionModule);
+
+}  // namespace adctl

@@ -1,0 +1,301 @@
+#include "worker/model/weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/safetensors.h"
+
+namespace adctl {
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<torch::ScalarType> ToTorch(DType dtype, const std::string& where) {
+  switch (dtype) {
+    case DType::kF64: return torch::kDouble;
+    case DType::kF32: return torch::kFloat;
+    case DType::kF16: return torch::kHalf;
+    case DType::kBF16: return torch::kBFloat16;
+    case DType::kI64: return torch::kLong;
+    case DType::kI32: return torch::kInt;
+    case DType::kI16: return torch::kShort;
+    case DType::kI8: return torch::kChar;
+    case DType::kU8: return torch::kByte;
+    case DType::kBool: return torch::kBool;
+  }
+  return InvalidArgument(where + ": unsupported dtype");
+}
+
+Result<DType> FromTorch(torch::ScalarType t, const std::string& where) {
+  switch (t) {
+    case torch::kDouble: return DType::kF64;
+    case torch::kFloat: return DType::kF32;
+    case torch::kHalf: return DType::kF16;
+    case torch::kBFloat16: return DType::kBF16;
+    case torch::kLong: return DType::kI64;
+    case torch::kInt: return DType::kI32;
+    case torch::kShort: return DType::kI16;
+    case torch::kChar: return DType::kI8;
+    case torch::kByte: return DType::kU8;
+    case torch::kBool: return DType::kBool;
+    default: return InvalidArgument(where + ": cannot store dtype " + std::string(c10::toString(t)));
+  }
+}
+
+std::string ShapeString(c10::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+bool IsMotionKey(const std::string& k) { return k.find("motion_modules.") != std::string::npos; }
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Original AnimateDiff files carry no (or differently sized) position tables: ours stay.
+bool IsMotionWeight(const std::string& k) { return IsMotionKey(k) && !EndsWith(k, "pos_embed.pe"); }
+
+std::string FirstFew(const std::vector<std::string>& keys) {
+  std::string out;
+  for (size_t i = 0; i < keys.size() && i < 5; ++i) out += (i ? ", " : "") + keys[i];
+  if (keys.size() > 5) out += ", ... (" + std::to_string(keys.size()) + " in all)";
+  return out;
+}
+
+Result<std::string> FindWeights(const std::string& dir) {
+  for (const char* name : {"diffusion_pytorch_model.safetensors", "model.safetensors"}) {
+    const auto p = fs::path(dir) / name;
+    if (fs::exists(p)) return p.string();
+  }
+  return NotFound(dir + ": no diffusion_pytorch_model.safetensors");
+}
+
+}  // namespace
+
+Result<TensorMap> ReadTensorFile(const std::string& path) {
+  auto file = SafetensorsFile::Open(path);
+  if (!file.ok()) return file.status();
+  TensorMap out;
+  for (const auto& info : (*file)->tensors()) {
+    auto type = ToTorch(info.dtype, path);
+    if (!type.ok()) return type.status();
+    out[info.name] = torch::from_blob(const_cast<uint8_t*>(info.data), info.shape,
+                                      torch::TensorOptions().dtype(*type))
+                         .clone();
+  }
+  return out;
+}
+
+Status WriteTensorFile(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<torch::Tensor> keep;  // holds the CPU copies alive until written
+  std::vector<TensorToWrite> items;
+  for (const auto& [name, t] : tensors) {
+    auto cpu = t.detach().to(torch::kCPU).contiguous();
+    auto dtype = FromTorch(cpu.scalar_type(), path + ": " + name);
+    if (!dtype.ok()) return dtype.status();
+    keep.push_back(cpu);
+    items.push_back({name, *dtype, cpu.sizes().vec(), cpu.data_ptr(),
+                     static_cast<size_t>(cpu.numel() * cpu.element_size())});
+  }
+  return WriteSafetensors(path, items, metadata);
+}
+
+std::string AnimateDiffKeyToDiffusers(const std::string& key) {
+  std::string k = key;
+  if (k.rfind("module.", 0) == 0) k = k.substr(7);
+  if (!IsMotionKey(k) || k.find("pos_encoder.pe") != std::string::npos) return "";
+  static const std::pair<const char*, const char*> kRenames[] = {
+      {".temporal_transformer.", "."},
+      {".attention_blocks.0.", ".attn1."},
+      {".attention_blocks.1.", ".attn2."},
+      {".norms.0.", ".norm1."},
+      {".norms.1.", ".norm2."},
+      {".ff_norm.", ".norm3."},
+  };
+  for (const auto& [from, to] : kRenames) {
+    const auto pos = k.find(from);
+    if (pos != std::string::npos) k.replace(pos, std::strlen(from), to);
+  }
+  return k;
+}
+
+Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
+                  const std::function<bool(const std::string&)>& select, const std::string& where) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> used;
+  auto visit = [&](const std::string& name, torch::Tensor& target) -> Status {
+    if (!select(name)) return Status::Ok();
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      missing.push_back(name);
+      return Status::Ok();
+    }
+    used.insert(name);
+    if (it->second.sizes() != target.sizes()) {
+      return InvalidArgument(where + ": tensor '" + name + "' has shape " +
+                             ShapeString(it->second.sizes()) + ", the model expects " +
+                             ShapeString(target.sizes()) + " (config.json does not match the weights?)");
+    }
+    target.copy_(it->second);
+    return Status::Ok();
+  };
+  for (auto& item : module.named_parameters(true)) ADCTL_RETURN_IF_ERROR(visit(item.key(), item.value()));
+  for (auto& item : module.named_buffers(true)) ADCTL_RETURN_IF_ERROR(visit(item.key(), item.value()));
+  for (const auto& [name, t] : tensors) {
+    if (!used.count(name)) unexpected.push_back(name);
+  }
+  if (!missing.empty()) return InvalidArgument(where + ": missing tensors: " + FirstFew(missing));
+  if (!unexpected.empty()) {
+    return InvalidArgument(where + ": unexpected tensors: " + FirstFew(unexpected));
+  }
+  return Status::Ok();
+}
+
+Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_override) {
+  const bool combined = !src.unet_motion.empty();
+  const std::string unet_dir = combined ? src.unet_motion : src.unet2d;
+  if (unet_dir.empty()) return InvalidArgument("model: set unet2d or unet_motion");
+  auto unet_text = ReadTextFile(unet_dir + "/config.json");
+  if (!unet_text.ok()) return unet_text.status();
+  auto unet_cfg = ParseUNetConfig(*unet_text, unet_dir + "/config.json");
+  if (!unet_cfg.ok()) return unet_cfg.status();
+
+  MotionConfig motion_cfg;
+  std::string motion_format = "new";
+  if (combined) {
+    auto m = ParseMotionConfig(*unet_text, unet_dir + "/config.json");
+    if (!m.ok()) return m.status();
+    motion_cfg = *m;
+    motion_format = "diffusers";
+  } else if (!src.motion_adapter.empty()) {
+    auto text = ReadTextFile(src.motion_adapter + "/config.json");
+    if (!text.ok()) return text.status();
+    auto m = ParseMotionConfig(*text, src.motion_adapter + "/config.json");
+    if (!m.ok()) return m.status();
+    motion_cfg = *m;
+    motion_format = "diffusers";
+  } else {
+    // Fresh motion modules shaped like AnimateDiff's for this UNet.
+    motion_cfg.layers_per_block = unet_cfg->layers_per_block;
+    motion_cfg.norm_num_groups = unet_cfg->norm_num_groups;
+  }
+  ADCTL_RETURN_IF_ERROR(CheckMotionFitsUNet(*unet_cfg, motion_cfg));
+
+  TensorMap motion_tensors;
+  if (!src.motion_module_file.empty()) {
+    auto raw = ReadTensorFile(src.motion_module_file);
+    if (!raw.ok()) return raw.status();
+    bool has_mid = false;
+    for (const auto& [k, t] : *raw) {
+      const auto mapped = AnimateDiffKeyToDiffusers(k);
+      if (mapped.empty()) continue;
+      has_mid = has_mid || mapped.rfind("mid_block.", 0) == 0;
+      motion_tensors[mapped] = t;
+    }
+    if (motion_tensors.empty()) {
+      return InvalidArgument(src.motion_module_file + ": no motion-module tensors found");
+    }
+    motion_cfg.use_mid_block = has_mid;
+    if (src.motion_adapter.empty()) {
+      // No config beside the file: AnimateDiff's released modules use 8 heads and 32 norm
+      // groups; the position-table length comes from the file when it kept one.
+      motion_cfg.num_attention_heads = 8;
+      motion_cfg.norm_num_groups = 32;
+      for (const auto& [k, t] : *raw) {
+        if (k.find("pos_encoder.pe") != std::string::npos && t.dim() == 3) {
+          motion_cfg.max_seq_length = t.size(1);
+          break;
+        }
+      }
+      ADCTL_RETURN_IF_ERROR(CheckMotionFitsUNet(*unet_cfg, motion_cfg));
+    }
+    motion_format = "animatediff";
+  }
+
+  if (norm_override == "across_frames") {
+    motion_cfg.norm_across_frames = true;
+  } else if (norm_override == "per_frame") {
+    motion_cfg.norm_across_frames = false;
+  } else {
+    motion_cfg.norm_across_frames = motion_format != "animatediff";
+  }
+
+  LoadedUNet out;
+  out.model = UNet3D(*unet_cfg, motion_cfg);
+  out.motion_format = motion_format;
+  auto weights_path = FindWeights(unet_dir);
+  if (!weights_path.ok()) return weights_path.status();
+  auto base = ReadTensorFile(*weights_path);
+  if (!base.ok()) return base.status();
+
+  if (combined) {
+    const bool motion_from_file = !motion_tensors.empty();
+    // The combined file holds both parts; an AnimateDiff file then replaces the motion part.
+    TensorMap twod, motion;
+    for (auto& [k, t] : *base) (IsMotionKey(k) ? motion : twod)[k] = t;
+    ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, twod, [](const std::string& k) { return !IsMotionKey(k); },
+                                     *weights_path));
+    ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, motion_from_file ? motion_tensors : motion,
+                                     motion_from_file ? IsMotionWeight : IsMotionKey,
+                                     motion_from_file ? src.motion_module_file : *weights_path));
+    out.motion_loaded = true;
+  } else {
+    ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, *base,
+                                     [](const std::string& k) { return !IsMotionKey(k); },
+                                     *weights_path));
+    if (!motion_tensors.empty()) {
+      ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, motion_tensors, IsMotionWeight, src.motion_module_file));
+      out.motion_loaded = true;
+    } else if (!src.motion_adapter.empty()) {
+      auto adapter_path = FindWeights(src.motion_adapter);
+      if (!adapter_path.ok()) return adapter_path.status();
+      auto adapter = ReadTensorFile(*adapter_path);
+      if (!adapter.ok()) return adapter.status();
+      ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, *adapter, IsMotionKey, *adapter_path));
+      out.motion_loaded = true;
+    } else {
+      out.model->ZeroInitMotionProjOut();
+    }
+  }
+  return out;
+}
+
+namespace {
+
+Status SaveSubset(UNet3DImpl& model, const std::string& dir, bool motion, const std::string& config) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal(dir + ": cannot create: " + ec.message());
+  TensorMap tensors;
+  for (const auto& item : model.named_parameters(true)) {
+    if (IsMotionKey(item.key()) == motion) tensors[item.key()] = item.value().to(torch::kFloat);
+  }
+  for (const auto& item : model.named_buffers(true)) {
+    if (IsMotionKey(item.key()) == motion) tensors[item.key()] = item.value().to(torch::kFloat);
+  }
+  ADCTL_RETURN_IF_ERROR(WriteTensorFile(dir + "/diffusion_pytorch_model.safetensors", tensors));
+  std::ofstream out(dir + "/config.json");
+  out << config;
+  out.close();
+  if (!out) return Internal(dir + "/config.json: write failed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SaveMotionAdapter(UNet3DImpl& model, const std::string& dir) {
+  return SaveSubset(model, dir, /*motion=*/true,
+                    MotionAdapterConfigToJson(model.unet_config(), model.motion_config()));
+}
+
+Status SaveUNet2D(UNet3DImpl& model, const std::string& dir) {
+  return SaveSubset(model, dir, /*motion=*/false, UNetConfigToJson(model.unet_config()));
+}
+
+}  // namespace adctl

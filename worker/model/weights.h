@@ -1,0 +1,64 @@
+// Loading and saving UNet3D weights in diffusers' on-disk formats, strictly.
+//
+// Sources: a UNet2DConditionModel directory plus a MotionAdapter directory (the usual path:
+// SD1.5 + an adapter), a combined UNetMotionModel directory, or an original AnimateDiff
+// motion-module file (safetensors) whose keys are renamed by the one key map below
+// (docs/research/animatediff-spec.md §5). Loading is a strict walk over the model's own
+// parameter and buffer names: a missing, unexpected or mis-shaped tensor is an error naming
+// the key. Output: a MotionAdapter directory diffusers loads with `MotionAdapter.from_pretrained`.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "common/status.h"
+#include "worker/model/unet3d.h"
+
+namespace adctl {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+// Reads every tensor of a safetensors file into CPU tensors (copied out of the mapping).
+Result<TensorMap> ReadTensorFile(const std::string& path);
+// Writes CPU copies of `tensors` (any device, contiguous or not) to a safetensors file.
+Status WriteTensorFile(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+// Original AnimateDiff motion-module key → diffusers key ("" for keys that are dropped:
+// non-motion keys and `pos_encoder.pe`). Strips a DDP "module." prefix.
+std::string AnimateDiffKeyToDiffusers(const std::string& key);
+
+struct ModelSources {
+  std::string unet2d;           // directory
+  std::string motion_adapter;   // directory, optional with unet2d
+  std::string unet_motion;      // directory (instead of the two above)
+  // Original AnimateDiff safetensors, optional. Its architecture comes from `motion_adapter`'s
+  // config.json when given, else AnimateDiff's (8 heads, 32 groups).
+  std::string motion_module_file;
+};
+
+struct LoadedUNet {
+  UNet3D model{nullptr};
+  bool motion_loaded = false;   // false: fresh motion modules (proj_out zeroed)
+  std::string motion_format;    // "diffusers", "animatediff" or "new"
+};
+
+// Builds the model from the sources' config.json files and loads their weights strictly.
+// `norm_override`: "auto" keeps the format's motion GroupNorm scope (diffusers: across frames,
+// original AnimateDiff: per frame); "across_frames" / "per_frame" force one.
+Result<LoadedUNet> LoadUNet3D(const ModelSources& sources, const std::string& norm_override);
+
+// Strictly copies `tensors` into the parameters/buffers of `module` whose names pass `select`;
+// every selected name must be present with the right shape and no tensor may be left over.
+Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
+                  const std::function<bool(const std::string&)>& select, const std::string& where);
+
+// The trained motion modules as a diffusers MotionAdapter directory
+// (diffusion_pytorch_model.safetensors + config.json), fp32.
+Status SaveMotionAdapter(UNet3DImpl& model, const std::string& dir);
+// The 2D UNet part as a UNet2DConditionModel directory (used to materialise presets).
+Status SaveUNet2D(UNet3DImpl& model, const std::string& dir);
+
+}  // namespace adctl
