@@ -471,12 +471,12 @@ Status ValidateJobSpec(const JobSpec& s) {
 
   // model
   const ModelSpec& m = s.model;
-  ADCTL_RETURN_IF_ERROR(OneOf("model.preset", m.preset, {"", "tiny"}));
+  ADCTL_RETURN_IF_ERROR(OneOf("model.preset", m.preset, {"", "tiny", "sd15"}));
   const bool has_paths = !m.unet2d.empty() || !m.unet_motion.empty();
   if (m.preset.empty() == !has_paths) {
     return InvalidArgument(
         m.preset.empty()
-            ? "model: give a preset ('tiny') or model.unet2d or model.unet_motion"
+            ? "model: give a preset ('tiny', 'sd15') or model.unet2d or model.unet_motion"
             : "model.preset: " + Show(m.preset) +
                   " cannot be combined with model.unet2d/model.unet_motion; give one of them");
   }
@@ -525,6 +525,12 @@ Status ValidateJobSpec(const JobSpec& s) {
     }
     if (d.width % 2 != 0) {
       return InvalidArgument("data.width: must be even for the tiny preset, got " + Show(d.width));
+    }
+  }
+  if (m.preset == "sd15") {
+    // SD1.5 downsamples three times: latent sides must be multiples of 8.
+    if (d.height % 8 != 0 || d.width % 8 != 0) {
+      return InvalidArgument("data.height/data.width: must be multiples of 8 for the sd15 preset");
     }
   }
 

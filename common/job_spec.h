@@ -18,7 +18,7 @@ struct ModelSpec {
   // Either a preset ("tiny": random init, small channels, written in diffusers format into the
   // job directory) or paths. With paths: `unet2d` + optional `motion_adapter` (absent: new
   // motion modules, proj_out zero-initialised), or `unet_motion` (combined directory).
-  std::string preset;               // "" or "tiny"
+  std::string preset;               // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
   std::string unet2d;               // diffusers UNet2DConditionModel directory
   std::string motion_adapter;       // diffusers MotionAdapter directory
   std::string unet_motion;          // diffusers UNetMotionModel directory

@@ -249,4 +249,28 @@ MotionConfig TinyMotionConfig(const std::string& layout) {
   return m;
 }
 
+UNetConfig Sd15UNetConfig() {
+  UNetConfig c;
+  c.block_out_channels = {320, 640, 1280, 1280};
+  c.down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                        "DownBlock2D"};
+  c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
+                      "CrossAttnUpBlock2D"};
+  c.layers_per_block = 2;
+  c.attention_heads = {8, 8, 8, 8};
+  c.cross_attention_dim = 768;
+  c.norm_num_groups = 32;
+  return c;
+}
+
+MotionConfig Sd15MotionConfig(const std::string& layout) {
+  MotionConfig m;
+  m.layers_per_block = 2;
+  m.num_attention_heads = 8;
+  m.norm_num_groups = 32;
+  m.max_seq_length = layout == "v1" ? 24 : 32;
+  m.use_mid_block = layout == "v2";
+  return m;
+}
+
 }  // namespace adctl

@@ -62,5 +62,9 @@ std::string MotionAdapterConfigToJson(const UNetConfig& unet, const MotionConfig
 // The `tiny` preset: SD-shaped, small channels (for demos and tests).
 UNetConfig TinyUNetConfig();
 MotionConfig TinyMotionConfig(const std::string& layout);  // "v1", "v2", "v3"
+// The `sd15` preset: Stable Diffusion 1.5's UNet and AnimateDiff's motion modules at their real
+// sizes with random weights (benchmarks without downloading checkpoints; spec §1.1, §2.2).
+UNetConfig Sd15UNetConfig();
+MotionConfig Sd15MotionConfig(const std::string& layout);
 
 }  // namespace adctl
