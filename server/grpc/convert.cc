@@ -1,0 +1,102 @@
+#include "server/grpc/convert.h"
+
+namespace adctl {
+
+void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* out) {
+  out->set_id(job.id);
+  out->set_name(job.name);
+  out->set_state(static_cast<v1::JobState>(job.state));
+  out->set_spec_yaml(job.spec_yaml);
+  out->set_gpus(job.gpus);
+  out->set_priority(job.priority);
+  out->set_submission_id(job.submission_id);
+  out->set_submitted_at(job.submitted_at);
+  out->set_started_at(job.started_at);
+  out->set_finished_at(job.finished_at);
+  out->set_attempt(job.attempt);
+  out->set_restarts(job.restarts);
+  out->set_max_restarts(job.max_restarts);
+  out->set_message(job.message);
+  if (job.state == JobState::kQueued) out->set_wait_reason(wait_reason);
+  out->set_job_dir(job.job_dir);
+  for (const auto& d : job.devices) out->add_devices(d);
+  v1::Progress* p = out->mutable_progress();
+  p->set_step(job.progress.step);
+  p->set_total_steps(job.progress.total_steps);
+  p->set_loss(job.progress.loss);
+  p->set_clips_per_second(job.progress.clips_per_second);
+  p->set_step_seconds(job.progress.step_seconds);
+  if (job.progress.step_seconds > 0 && job.progress.total_steps > job.progress.step &&
+      !IsTerminal(job.state)) {
+    p->set_eta_seconds(static_cast<double>(job.progress.total_steps - job.progress.step) *
+                       job.progress.step_seconds);
+  }
+  p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
+  p->set_updated_at(job.progress.updated_at);
+}
+
+void RanksToProto(const std::vector<RankRecord>& ranks, const std::map<int, bool>& alive,
+                  v1::Job* out) {
+  for (const RankRecord& r : ranks) {
+    v1::Rank* p = out->add_ranks();
+    p->set_rank(r.rank);
+    p->set_pid(r.worker_pid);
+    p->set_pgid(r.pgid);
+    p->set_host(r.host);
+    p->set_device(r.device);
+    auto it = alive.find(r.rank);
+    p->set_alive(it != alive.end() && it->second);
+    p->set_exit_code(r.exit_code);
+    p->set_exit_signal(r.exit_signal);
+    p->set_last_heartbeat(r.last_heartbeat);
+  }
+}
+
+void EventToProto(const EventRecord& e, v1::Event* out) {
+  out->set_id(e.id);
+  out->set_job_id(e.job_id);
+  out->set_attempt(e.attempt);
+  out->set_time(e.time);
+  out->set_kind(e.kind);
+  if (e.from_state) out->set_from_state(static_cast<v1::JobState>(*e.from_state));
+  if (e.to_state) out->set_to_state(static_cast<v1::JobState>(*e.to_state));
+  out->set_level(e.level);
+  out->set_message(e.message);
+}
+
+void MetricToProto(const MetricRecord& m, v1::MetricPoint* out) {
+  out->set_job_id(m.job_id);
+  out->set_attempt(m.attempt);
+  out->set_rank(m.rank);
+  out->set_step(m.step);
+  out->set_total_steps(m.total_steps);
+  out->set_time(m.time);
+  out->set_loss(m.loss);
+  out->set_learning_rate(m.learning_rate);
+  out->set_grad_norm(m.grad_norm);
+  out->set_step_seconds(m.step_seconds);
+  out->set_data_wait_seconds(m.data_wait_seconds);
+  out->set_allreduce_exposed_seconds(m.allreduce_exposed_seconds);
+  out->set_clips_per_second(m.clips_per_second);
+  out->set_samples_seen(m.samples_seen);
+  out->set_peak_memory_bytes(m.peak_memory_bytes);
+}
+
+MetricRecord MetricFromProto(const v1::MetricPoint& p) {
+  MetricRecord m;
+  m.step = p.step();
+  m.total_steps = p.total_steps();
+  m.time = p.time();
+  m.loss = p.loss();
+  m.learning_rate = p.learning_rate();
+  m.grad_norm = p.grad_norm();
+  m.step_seconds = p.step_seconds();
+  m.data_wait_seconds = p.data_wait_seconds();
+  m.allreduce_exposed_seconds = p.allreduce_exposed_seconds();
+  m.clips_per_second = p.clips_per_second();
+  m.samples_seen = p.samples_seen();
+  m.peak_memory_bytes = p.peak_memory_bytes();
+  return m;
+}
+
+}  // namespace adctl

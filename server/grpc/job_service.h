@@ -1,0 +1,52 @@
+// adctl.v1.JobService over the Supervisor: validate, call, convert. Thread-safe (stateless
+// apart from the constant token).
+#pragma once
+
+#include <string>
+
+#include "adctl/v1/job_service.grpc.pb.h"
+#include "server/supervisor/supervisor.h"
+
+namespace adctl {
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  // `user_token`: when non-empty, every call must carry `authorization: Bearer <user_token>`.
+  JobServiceImpl(Supervisor* supervisor, std::string user_token)
+      : supervisor_(supervisor), user_token_(std::move(user_token)) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::Job* resp) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
+                         v1::Job* resp) override;
+  grpc::Status PauseJob(grpc::ServerContext* ctx, const v1::PauseJobRequest* req,
+                        v1::Job* resp) override;
+  grpc::Status ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
+                         v1::Job* resp) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::JobUpdate>* writer) override;
+  grpc::Status StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
+                          grpc::ServerWriter<v1::LogChunk>* writer) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,
+                               v1::ListCheckpointsResponse* resp) override;
+  grpc::Status ListEvents(grpc::ServerContext* ctx, const v1::ListEventsRequest* req,
+                          v1::ListEventsResponse* resp) override;
+  grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,
+                           v1::ListDevicesResponse* resp) override;
+
+ private:
+  Status CheckToken(grpc::ServerContext* ctx) const;
+  Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks);
+
+  Supervisor* const supervisor_;
+  const std::string user_token_;
+};
+
+// The bearer token of a call ("" when none).
+std::string BearerToken(const grpc::ServerContext* ctx);
+
+}  // namespace adctl

@@ -1,0 +1,33 @@
+// adctl.v1.WorkerService over the Supervisor: the calls adworker ranks make. Every call is
+// checked against the job's per-job token. Thread-safe (stateless).
+#pragma once
+
+#include "adctl/v1/worker_service.grpc.pb.h"
+#include "server/supervisor/supervisor.h"
+
+namespace adctl {
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(Supervisor* supervisor) : supervisor_(supervisor) {}
+
+  grpc::Status RegisterRank(grpc::ServerContext* ctx, const v1::RegisterRankRequest* req,
+                            v1::RegisterRankResponse* resp) override;
+  grpc::Status KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req,
+                     v1::KvSetResponse* resp) override;
+  grpc::Status KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
+                     v1::KvGetResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+  grpc::Status ReportMetrics(grpc::ServerContext* ctx, const v1::ReportMetricsRequest* req,
+                             v1::ReportMetricsResponse* resp) override;
+  grpc::Status ReportEvents(grpc::ServerContext* ctx, const v1::ReportEventsRequest* req,
+                            v1::ReportEventsResponse* resp) override;
+
+ private:
+  Status Check(grpc::ServerContext* ctx, const v1::RankRef& ref);
+
+  Supervisor* const supervisor_;
+};
+
+}  // namespace adctl
