@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -106,6 +107,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   adctl::SetupLogging("adctld", log_level);
+  // Orphans of our ranks (e.g. a worker's own children after it died) are re-parented to us
+  // and reaped by the supervisor, instead of lingering as zombies under a non-reaping init.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (token.empty()) {
     if (const char* t = getenv("ADCTLD_TOKEN")) token = t;
   }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -49,7 +50,23 @@ bool ProcessAlive(pid_t pid, uint64_t start_time) {
 
 bool ProcessGroupExists(pid_t pgid) {
   if (pgid <= 1) return false;
-  return killpg(pgid, 0) == 0 || errno == EPERM;
+  if (killpg(pgid, 0) != 0 && errno != EPERM) return false;
+  // killpg also succeeds for zombies, which an init that does not reap (containers) can keep
+  // forever. Look for a live member in /proc.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text.substr(close + 2));
+    std::string state, ppid, pgrp;
+    if (!(fields >> state >> ppid >> pgrp)) continue;
+    if (pgrp == std::to_string(pgid) && state != "Z" && state != "X") return true;
+  }
+  return false;
 }
 
 Status SignalProcessGroup(pid_t pgid, int signal) {

@@ -18,7 +18,7 @@ uint64_t ProcessStartTime(pid_t pid);
 // True when `pid` exists, is not a zombie, and (when `start_time` != 0) started at `start_time`.
 bool ProcessAlive(pid_t pid, uint64_t start_time);
 
-// True while any process is in process group `pgid`.
+// True while a live (not zombie) process is in process group `pgid`.
 bool ProcessGroupExists(pid_t pgid);
 
 // killpg that treats "no such group" as success.

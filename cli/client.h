@@ -1,0 +1,48 @@
+// How adctl reaches adctld: server address and token resolution, the gRPC stub, and the mapping
+// from gRPC errors to adctl's exit codes.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "adctl/v1/job_service.grpc.pb.h"
+
+namespace adctl::cli {
+
+// Exit codes (README "CLI"; job-service-anchors.md §5.2).
+constexpr int kExitSucceeded = 0;
+constexpr int kExitFailed = 1;       // job FAILED, or a server-side error
+constexpr int kExitUsage = 2;        // usage or validation error (bad flag, bad spec, unknown id)
+constexpr int kExitCancelled = 3;    // job CANCELLED
+constexpr int kExitTimeout = 4;      // --timeout passed before the job ended
+constexpr int kExitUnreachable = 5;  // adctld cannot be reached
+
+struct Connection {
+  std::string server;  // host:port
+  std::string token;   // "" when none
+};
+
+// --server flag, else env ADCTL_SERVER, else `server:` in ~/.config/adctl/config.yaml, else
+// localhost:50051. Token: env ADCTL_TOKEN, else `token:` in the config file.
+Connection ResolveConnection(const std::string& server_flag);
+
+class Client {
+ public:
+  explicit Client(const Connection& connection);
+  v1::JobService::Stub& stub() { return *stub_; }
+  // A context with the token and, when > 0, a deadline.
+  std::unique_ptr<grpc::ClientContext> Context(double timeout_seconds = 30) const;
+  const std::string& server() const { return connection_.server; }
+
+ private:
+  Connection connection_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+// Prints "adctl: <message>" to stderr and returns the exit code for a failed call.
+int ReportError(const grpc::Status& status, const std::string& server);
+
+}  // namespace adctl::cli

@@ -1,0 +1,108 @@
+#include "cli/render.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <cstdio>
+
+namespace adctl::cli {
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  const std::string prefix = "JOB_STATE_";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+bool IsTerminalState(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 0) seconds = 0;
+  char buf[32];
+  long s = std::lround(seconds);
+  if (s < 60) {
+    snprintf(buf, sizeof(buf), "%lds", s);
+  } else if (s < 3600) {
+    snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
+  } else if (s < 86400) {
+    snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  } else {
+    snprintf(buf, sizeof(buf), "%ldd%02ldh", s / 86400, (s % 86400) / 3600);
+  }
+  return buf;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string FormatProgress(const v1::Progress& p) {
+  if (p.total_steps() <= 0) return "-";
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%lld/%lld (%d%%)", static_cast<long long>(p.step()),
+           static_cast<long long>(p.total_steps()),
+           static_cast<int>(100.0 * static_cast<double>(p.step()) /
+                            static_cast<double>(p.total_steps())));
+  return buf;
+}
+
+std::string ProgressLine(const v1::Job& job) {
+  std::string line = job.id() + " " + StateName(job.state());
+  const v1::Progress& p = job.progress();
+  if (p.step() > 0 || job.state() == v1::JOB_STATE_RUNNING) {
+    line += " step " + FormatProgress(p);
+    if (p.step() > 0) {
+      char buf[96];
+      snprintf(buf, sizeof(buf), " loss %.4f %.2f clips/s", p.loss(), p.clips_per_second());
+      line += buf;
+    }
+    if (p.eta_seconds() > 0) line += " ETA " + FormatDuration(p.eta_seconds());
+  }
+  if (job.attempt() > 1) line += " attempt " + std::to_string(job.attempt());
+  if (job.state() == v1::JOB_STATE_QUEUED && !job.wait_reason().empty()) {
+    line += " (" + job.wait_reason() + ")";
+  }
+  return line;
+}
+
+std::string Table::ToString() const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace adctl::cli

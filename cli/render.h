@@ -1,0 +1,36 @@
+// How adctl prints: aligned tables, durations, the live progress line, and JSON (the proto
+// messages with their field names).
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <string>
+#include <vector>
+
+#include "adctl/v1/job_service.pb.h"
+
+namespace adctl::cli {
+
+std::string ToJson(const google::protobuf::Message& message);
+// "QUEUED" for JOB_STATE_QUEUED.
+std::string StateName(v1::JobState state);
+bool IsTerminalState(v1::JobState state);
+// 4 → "4s", 125 → "2m05s", 7300 → "2h01m".
+std::string FormatDuration(double seconds);
+std::string FormatBytes(int64_t bytes);
+// "4/6 (67%)" or "-" before the first step.
+std::string FormatProgress(const v1::Progress& p);
+// "j-3fa2c1 RUNNING step 4/6 (67%) loss 0.1234 2.5 clips/s ETA 3s".
+std::string ProgressLine(const v1::Job& job);
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string ToString() const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace adctl::cli
