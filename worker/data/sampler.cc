@@ -34,9 +34,9 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int rank, int world
       seed_(seed),
       shuffle_(shuffle) {
   if (dataset_size < 0 || world_size < 1 || rank < 0 || rank >= world_size) {
-    throw std::invalid_argument("DistributedSampler: dataset_size " +
-                                std::to_string(dataset_size) + ", rank " + std::to_string(rank) +
-                                ", world_size " + std::to_string(world_size) + " are inconsistent");
+    throw std::invalid_argument("DistributedSampler: dataset_size " + std::to_string(dataset_size) +
+                                ", rank " + std::to_string(rank) + ", world_size " +
+                                std::to_string(world_size) + " are inconsistent");
   }
 }
 

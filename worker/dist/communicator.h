@@ -20,12 +20,12 @@
 // calls identically on every rank; Work objects may be waited on from any thread.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "common/status.h"
 #include "worker/dist/kv_store.h"

@@ -1,5 +1,12 @@
 #include "worker/dist/gloo_communicator.h"
 
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -9,13 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 
 #include "worker/dist/rendezvous.h"
 
@@ -107,8 +107,8 @@ class GlooWork final : public Work {
  private:
   std::mutex mu_;
   std::condition_variable done_cv_;
-  bool done_ = false;   // guarded by mu_
-  std::string error_;   // guarded by mu_; empty on success
+  bool done_ = false;  // guarded by mu_
+  std::string error_;  // guarded by mu_; empty on success
 };
 
 class GlooCommunicator final : public Communicator {
@@ -139,16 +139,22 @@ class GlooCommunicator final : public Communicator {
     const auto dtype = t.scalar_type();
     return Submit("all-reduce", [this, t, dtype](uint32_t tag) mutable {
       switch (dtype) {
-        case torch::kFloat: return AllReduceSum<float>(context_, t, tag, timeout_);
-        case torch::kDouble: return AllReduceSum<double>(context_, t, tag, timeout_);
-        case torch::kBFloat16: return AllReduceSum<c10::BFloat16>(context_, t, tag, timeout_);
-        case torch::kHalf: return AllReduceSum<c10::Half>(context_, t, tag, timeout_);
-        case torch::kInt: return AllReduceSum<int32_t>(context_, t, tag, timeout_);
-        case torch::kLong: return AllReduceSum<int64_t>(context_, t, tag, timeout_);
-        case torch::kByte: return AllReduceSum<uint8_t>(context_, t, tag, timeout_);
+        case torch::kFloat:
+          return AllReduceSum<float>(context_, t, tag, timeout_);
+        case torch::kDouble:
+          return AllReduceSum<double>(context_, t, tag, timeout_);
+        case torch::kBFloat16:
+          return AllReduceSum<c10::BFloat16>(context_, t, tag, timeout_);
+        case torch::kHalf:
+          return AllReduceSum<c10::Half>(context_, t, tag, timeout_);
+        case torch::kInt:
+          return AllReduceSum<int32_t>(context_, t, tag, timeout_);
+        case torch::kLong:
+          return AllReduceSum<int64_t>(context_, t, tag, timeout_);
+        case torch::kByte:
+          return AllReduceSum<uint8_t>(context_, t, tag, timeout_);
         default:
-          throw std::invalid_argument(std::string("unsupported dtype ") +
-                                      c10::toString(dtype));
+          throw std::invalid_argument(std::string("unsupported dtype ") + c10::toString(dtype));
       }
     });
   }
@@ -241,7 +247,7 @@ class GlooCommunicator final : public Communicator {
 
   std::mutex mu_;
   std::condition_variable queue_cv_;
-  std::deque<Op> queue_;  // guarded by mu_
+  std::deque<Op> queue_;   // guarded by mu_
   bool stopping_ = false;  // guarded by mu_
 
   std::thread thread_;  // last: starts after every member above exists
@@ -269,16 +275,15 @@ Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     KeyValueGlooStore gloo_store(store, "gloo/mesh/", deadline);
     context->connectFullMesh(gloo_store, device);
     context->setTimeout(operation_timeout);
-    return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(std::move(device), std::move(context),
-                                           operation_timeout));
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(
+        std::move(device), std::move(context), operation_timeout));
   } catch (const std::exception& e) {
     const bool late = std::chrono::steady_clock::now() >= deadline;
-    return Status(late ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable,
-                  "gloo rendezvous: rank " + std::to_string(rank) + " of " +
-                      std::to_string(world_size) + " could not connect to its peers (listening on " +
-                      (attr.iface.empty() ? attr.hostname : "interface " + attr.iface) +
-                      "): " + e.what());
+    return Status(
+        late ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable,
+        "gloo rendezvous: rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+            " could not connect to its peers (listening on " +
+            (attr.iface.empty() ? attr.hostname : "interface " + attr.iface) + "): " + e.what());
   }
 }
 

@@ -1,5 +1,9 @@
 #include "worker/dist/gradient_reducer.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -7,10 +11,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #if defined(ADCTL_WITH_CUDA)
 #include <ATen/cuda/CUDAEvent.h>
@@ -323,7 +323,8 @@ void GradientReducer::RebuildBucketsInArrivalOrder() {
   for (const Bucket& bucket : buckets_) {
     current_order.insert(current_order.end(), bucket.params.begin(), bucket.params.end());
   }
-  for (size_t k = 0; k < params_.size(); ++k) new_order[k] = static_cast<int>(shared[k].item<int64_t>());
+  for (size_t k = 0; k < params_.size(); ++k)
+    new_order[k] = static_cast<int>(shared[k].item<int64_t>());
   if (new_order == current_order) return;
 
   BuildBuckets(new_order);

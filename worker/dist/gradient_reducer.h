@@ -29,22 +29,22 @@
 // never during backward. One reducer per parameter set.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/dist/communicator.h"
 
 namespace adctl {
 
 struct ReducerOptions {
-  double bucket_cap_mb = 25;       // job spec train.bucket_cap_mb; MiB of bucket dtype
-  double first_bucket_mb = 1;      // the first bucket (last layers' gradients) starts early
-  bool bf16_buckets = false;       // job spec train.bucket_dtype == "bf16"
-  bool rebuild_buckets = true;     // once, after the first sync backward, in arrival order
+  double bucket_cap_mb = 25;    // job spec train.bucket_cap_mb; MiB of bucket dtype
+  double first_bucket_mb = 1;   // the first bucket (last layers' gradients) starts early
+  bool bf16_buckets = false;    // job spec train.bucket_dtype == "bf16"
+  bool rebuild_buckets = true;  // once, after the first sync backward, in arrival order
 };
 
 class GradientReducer {
@@ -83,22 +83,22 @@ class GradientReducer {
 
  private:
   struct Bucket {
-    torch::Tensor buffer;              // flat, bucket dtype, on the parameters' device
-    std::vector<int> params;           // indices into params_
-    int pending = 0;                   // parameters not yet ready in this sync backward
-    std::shared_ptr<Work> work;        // the launched all-reduce, until FinishBackward
+    torch::Tensor buffer;        // flat, bucket dtype, on the parameters' device
+    std::vector<int> params;     // indices into params_
+    int pending = 0;             // parameters not yet ready in this sync backward
+    std::shared_ptr<Work> work;  // the launched all-reduce, until FinishBackward
   };
-  struct Slot {                        // where one parameter lives in the buckets
+  struct Slot {  // where one parameter lives in the buckets
     int bucket = -1;
-    torch::Tensor view;                // view of the bucket buffer shaped like the parameter
-    bool ready = false;                // its gradient is in the bucket (this sync backward)
+    torch::Tensor view;  // view of the bucket buffer shaped like the parameter
+    bool ready = false;  // its gradient is in the bucket (this sync backward)
   };
-  class ExposedTimer;                  // CPU clock or CUDA events (gradient_reducer.cc)
+  class ExposedTimer;  // CPU clock or CUDA events (gradient_reducer.cc)
 
   void BuildBuckets(const std::vector<int>& order);
-  void OnGradientReady(int index);                 // hook body
-  void CopyGradientToBucket(int index);            // requires mu_
-  void LaunchReadyBuckets(bool during_backward);   // requires mu_
+  void OnGradientReady(int index);                // hook body
+  void CopyGradientToBucket(int index);           // requires mu_
+  void LaunchReadyBuckets(bool during_backward);  // requires mu_
   void RebuildBucketsInArrivalOrder();
 
   // Constant after construction.
@@ -112,13 +112,13 @@ class GradientReducer {
   // Changed by hooks (autograd threads) and by the methods above (training thread, never
   // while backward runs).
   mutable std::mutex mu_;
-  std::vector<Bucket> buckets_;      // guarded by mu_
-  std::vector<Slot> slots_;          // guarded by mu_; one per parameter
-  bool sync_ = false;                // guarded by mu_
-  size_t next_bucket_ = 0;           // guarded by mu_; the next bucket to launch
+  std::vector<Bucket> buckets_;           // guarded by mu_
+  std::vector<Slot> slots_;               // guarded by mu_; one per parameter
+  bool sync_ = false;                     // guarded by mu_
+  size_t next_bucket_ = 0;                // guarded by mu_; the next bucket to launch
   int64_t launched_during_backward_ = 0;  // guarded by mu_
-  bool rebuilt_ = false;             // guarded by mu_
-  std::vector<int> arrival_order_;   // guarded by mu_; recorded until the rebuild
+  bool rebuilt_ = false;                  // guarded by mu_
+  std::vector<int> arrival_order_;        // guarded by mu_; recorded until the rebuild
 };
 
 }  // namespace adctl
