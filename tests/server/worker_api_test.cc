@@ -1,0 +1,140 @@
+// WorkerService over a real gRPC socket, driven by the real CoordinatorClient (the library
+// adworker links): registration, token check, rendezvous KV scoped to the attempt, metrics and
+// checkpoints landing in the store, RUNNING on training start, and the stop flag on pause.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/grpc/job_service.h"
+#include "server/grpc/worker_service.h"
+#include "server/supervisor/supervisor.h"
+#include "worker/report/coordinator_client.h"
+
+namespace adctl {
+namespace {
+
+class WorkerApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/adctl-workerapi-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    SupervisorOptions o;
+    o.data_dir = dir_;
+    o.worker_binary = ADCTL_FAKE_WORKER;
+    o.devices = CpuSlots(2);
+    o.tick_ms = 20;
+    o.heartbeat_interval_ms = 100;
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    ASSERT_TRUE(supervisor_->Start().ok());
+    service_ = std::make_unique<WorkerServiceImpl>(supervisor_.get());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_GT(port_, 0);
+    // A running attempt whose ranks (the fake worker) just sleep; the test plays rank 0.
+    SubmitRequest r;
+    r.spec_yaml = "name: sleep\nmodel: {preset: tiny}\nresources: {gpus: 1, grace_seconds: 1}\n";
+    job_ = supervisor_->Submit(r)->first;
+    for (int i = 0; i < 200 && store_->GetJob(job_.id)->attempt == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    job_ = store_->GetJob(job_.id).value();
+    ASSERT_EQ(job_.attempt, 1);
+  }
+  void TearDown() override {
+    supervisor_->Cancel(job_.id, std::nullopt, true);
+    for (int i = 0; i < 200 && !IsTerminal(store_->GetJob(job_.id)->state); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    server_->Shutdown();
+    supervisor_.reset();
+    std::string cmd = "rm -rf " + dir_;
+    (void)system(cmd.c_str());
+  }
+  std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+  LocalLauncher launcher_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::unique_ptr<WorkerServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  JobRecord job_;
+};
+
+TEST_F(WorkerApiTest, WrongTokenAndStaleAttemptAreRefused) {
+  auto bad =
+      CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, "wrong", std::chrono::seconds(2));
+  EXPECT_EQ(bad.status().code(), StatusCode::kPermissionDenied) << bad.status().ToString();
+  auto stale =
+      CoordinatorClient::Connect(Address(), job_.id, 7, 0, 1, job_.token, std::chrono::seconds(2));
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  auto unknown =
+      CoordinatorClient::Connect(Address(), "j-nope", 1, 0, 1, job_.token, std::chrono::seconds(2));
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(WorkerApiTest, UnreachableCoordinatorIsUnavailable) {
+  auto r = CoordinatorClient::Connect("127.0.0.1:1", job_.id, 1, 0, 1, job_.token,
+                                      std::chrono::milliseconds(500));
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(WorkerApiTest, ReportsReachTheStoreAndPauseSetsTheStopFlag) {
+  auto client = CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, job_.token);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto& c = *client.value();
+  EXPECT_NE(c.spec_yaml().find("sleep"), std::string::npos);
+
+  // Rendezvous KV, with a reader waiting for a key set later.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(c.Set("nccl_id", std::string("\x01\x00\x02", 3)).ok());
+  });
+  auto got = c.Get("nccl_id", std::chrono::seconds(5));
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got.value(), std::string("\x01\x00\x02", 3));
+  auto missing = c.Get("never", std::chrono::milliseconds(300));
+  EXPECT_EQ(missing.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("never"), std::string::npos);
+
+  c.OnTrainingStarted(0, 6);
+  for (int step = 1; step <= 3; ++step) {
+    StepReport s;
+    s.step = step;
+    s.total_steps = 6;
+    s.loss = 1.0 / step;
+    s.step_seconds = 0.1;
+    c.OnStep(s);
+  }
+  CheckpointReport ck;
+  ck.step = 2;
+  ck.path = dir_ + "/ck/step-00000002";
+  c.OnCheckpoint(ck);
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(5)));
+  JobRecord job = store_->GetJob(job_.id).value();
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_EQ(job.progress.step, 3);
+  EXPECT_EQ(job.progress.last_checkpoint_step, 2);
+  EXPECT_EQ(store_->ListMetrics(job_.id, 0)->size(), 3u);
+  EXPECT_EQ(store_->ListCheckpoints(job_.id)->size(), 1u);
+  auto ranks = store_->ListRanks(job_.id, 1).value();
+  EXPECT_EQ(ranks[0].worker_pid, static_cast<int>(getpid()));
+
+  EXPECT_FALSE(c.StopRequested());
+  ASSERT_TRUE(supervisor_->Pause(job_.id, std::nullopt).ok());
+  for (int i = 0; i < 100 && !c.StopRequested(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(c.StopRequested());
+}
+
+}  // namespace
+}  // namespace adctl

@@ -1,0 +1,372 @@
+#include "worker/report/coordinator_client.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace adctl {
+
+namespace {
+
+constexpr size_t kMaxQueuedMetrics = 10000;
+constexpr size_t kMaxQueuedEvents = 1000;
+
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Status FromGrpc(const grpc::Status& st) {
+  StatusCode code = StatusCode::kInternal;
+  switch (st.error_code()) {
+    case grpc::StatusCode::OK:
+      return Status::Ok();
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      code = StatusCode::kNotFound;
+      break;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      code = StatusCode::kFailedPrecondition;
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      code = StatusCode::kPermissionDenied;
+      break;
+    case grpc::StatusCode::UNAVAILABLE:
+      code = StatusCode::kUnavailable;
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      code = StatusCode::kDeadlineExceeded;
+      break;
+    default:
+      break;
+  }
+  return Status(code, st.error_message());
+}
+
+bool Retryable(const grpc::Status& st) {
+  return st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+const char* LevelName(EventLevel level) {
+  switch (level) {
+    case EventLevel::kInfo:
+      return "info";
+    case EventLevel::kWarning:
+      return "warning";
+    case EventLevel::kError:
+      return "error";
+  }
+  return "info";
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string job_id,
+                                     int attempt, int rank, std::string token)
+    : channel_(std::move(channel)),
+      stub_(v1::WorkerService::NewStub(channel_)),
+      token_(std::move(token)),
+      pid_(static_cast<int>(getpid())) {
+  ref_.set_job_id(std::move(job_id));
+  ref_.set_attempt(attempt);
+  ref_.set_rank(rank);
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
+    std::chrono::milliseconds timeout) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  return ctx;
+}
+
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, const std::string& job_id, int attempt, int rank, int world_size,
+    const std::string& token, std::chrono::milliseconds connect_timeout) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after an adctld restart.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::unique_ptr<CoordinatorClient> client(
+      new CoordinatorClient(channel, job_id, attempt, rank, token));
+
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  v1::RegisterRankRequest req;
+  *req.mutable_ref() = client->ref_;
+  req.set_world_size(world_size);
+  req.set_pid(client->pid_);
+  req.set_host(host);
+  const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
+  while (true) {
+    v1::RegisterRankResponse resp;
+    auto ctx = client->Context(std::chrono::seconds(5));
+    grpc::Status st = client->stub_->RegisterRank(ctx.get(), req, &resp);
+    if (st.ok()) {
+      client->spec_yaml_ = resp.spec_yaml();
+      if (resp.heartbeat_interval_ms() > 0) {
+        client->heartbeat_interval_ms_ = resp.heartbeat_interval_ms();
+      }
+      break;
+    }
+    if (!Retryable(st) || std::chrono::steady_clock::now() >= deadline) {
+      Status s = FromGrpc(st);
+      return Status(s.code(), "register rank " + std::to_string(rank) + " of job " + job_id +
+                                  " attempt " + std::to_string(attempt) + " with adctld at " +
+                                  address + ": " + s.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  client->sender_ = std::thread([c = client.get()] { c->RunSender(); });
+  return client;
+}
+
+CoordinatorClient::~CoordinatorClient() {
+  Flush(std::chrono::seconds(10));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+  }
+  cv_.notify_all();
+  if (sender_.joinable()) sender_.join();
+}
+
+void CoordinatorClient::Enqueue(v1::WorkerEvent event, bool urgent) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (events_.size() >= kMaxQueuedEvents) events_.pop_front();
+    events_.push_back(std::move(event));
+    urgent_ = urgent_ || urgent;
+  }
+  if (urgent) cv_.notify_all();
+}
+
+void CoordinatorClient::OnTrainingStarted(int64_t resumed_from_step, int64_t total_steps) {
+  v1::WorkerEvent e;
+  e.set_kind(v1::WorkerEvent::KIND_TRAINING_STARTED);
+  e.set_level("info");
+  e.set_time(NowUnix());
+  e.set_resumed_from_step(resumed_from_step);
+  e.set_total_steps(total_steps);
+  last_step_ = resumed_from_step;
+  Enqueue(std::move(e), /*urgent=*/true);
+}
+
+void CoordinatorClient::OnStep(const StepReport& r) {
+  v1::MetricPoint p;
+  p.set_step(r.step);
+  p.set_total_steps(r.total_steps);
+  p.set_time(NowUnix());
+  p.set_loss(r.loss);
+  p.set_learning_rate(r.learning_rate);
+  p.set_grad_norm(r.grad_norm);
+  p.set_step_seconds(r.step_seconds);
+  p.set_data_wait_seconds(r.data_wait_seconds);
+  p.set_allreduce_exposed_seconds(r.allreduce_exposed_seconds);
+  p.set_clips_per_second(r.clips_per_second);
+  p.set_samples_seen(r.samples_seen);
+  p.set_peak_memory_bytes(r.peak_memory_bytes);
+  last_step_ = r.step;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (metrics_.size() >= kMaxQueuedMetrics) metrics_.pop_front();
+  metrics_.push_back(std::move(p));
+}
+
+void CoordinatorClient::OnCheckpoint(const CheckpointReport& r) {
+  v1::WorkerEvent e;
+  e.set_kind(v1::WorkerEvent::KIND_CHECKPOINT);
+  e.set_level("info");
+  e.set_time(NowUnix());
+  e.set_message("checkpoint step " + std::to_string(r.step));
+  v1::Checkpoint* c = e.mutable_checkpoint();
+  c->set_step(r.step);
+  c->set_path(r.path);
+  c->set_size_bytes(r.size_bytes);
+  c->set_save_seconds(r.save_seconds);
+  c->set_created_at(NowUnix());
+  c->set_attempt(ref_.attempt());
+  c->set_on_disk(true);
+  Enqueue(std::move(e), /*urgent=*/true);
+}
+
+void CoordinatorClient::OnEvent(EventLevel level, const std::string& message) {
+  v1::WorkerEvent e;
+  e.set_kind(v1::WorkerEvent::KIND_MESSAGE);
+  e.set_level(LevelName(level));
+  e.set_time(NowUnix());
+  e.set_message(message);
+  Enqueue(std::move(e), level != EventLevel::kInfo);
+}
+
+bool CoordinatorClient::SendQueued() {
+  std::lock_guard<std::mutex> send_lock(send_mu_);
+  std::vector<v1::MetricPoint> metrics;
+  std::vector<v1::WorkerEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (metrics_.empty() && events_.empty()) return true;
+    metrics.assign(metrics_.begin(), metrics_.end());
+    events.assign(events_.begin(), events_.end());
+    in_flight_ = true;
+  }
+  bool ok = true;
+  // Metrics first: a checkpoint event then never precedes the steps it covers.
+  if (!metrics.empty()) {
+    v1::ReportMetricsRequest req;
+    *req.mutable_ref() = ref_;
+    for (auto& m : metrics) *req.add_points() = m;
+    v1::ReportMetricsResponse resp;
+    auto ctx = Context(std::chrono::seconds(5));
+    grpc::Status st = stub_->ReportMetrics(ctx.get(), req, &resp);
+    if (st.ok() || !Retryable(st)) {
+      if (!st.ok()) spdlog::warn("adctld refused metrics: {}", st.error_message());
+      std::lock_guard<std::mutex> lock(mu_);
+      // Points queued meanwhile stay; the sent ones were at the front.
+      metrics_.erase(metrics_.begin(),
+                     metrics_.begin() + std::min(metrics_.size(), metrics.size()));
+    } else {
+      ok = false;
+    }
+  }
+  if (ok && !events.empty()) {
+    v1::ReportEventsRequest req;
+    *req.mutable_ref() = ref_;
+    for (auto& e : events) *req.add_events() = e;
+    v1::ReportEventsResponse resp;
+    auto ctx = Context(std::chrono::seconds(5));
+    grpc::Status st = stub_->ReportEvents(ctx.get(), req, &resp);
+    if (st.ok() || !Retryable(st)) {
+      if (!st.ok()) spdlog::warn("adctld refused events: {}", st.error_message());
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.erase(events_.begin(), events_.begin() + std::min(events_.size(), events.size()));
+    } else {
+      ok = false;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ = false;
+  }
+  cv_.notify_all();
+  return ok;
+}
+
+void CoordinatorClient::SendHeartbeat() {
+  v1::HeartbeatRequest req;
+  *req.mutable_ref() = ref_;
+  req.set_step(last_step_.load());
+  req.set_pid(pid_);
+  v1::HeartbeatResponse resp;
+  auto ctx = Context(std::chrono::seconds(5));
+  grpc::Status st = stub_->Heartbeat(ctx.get(), req, &resp);
+  if (st.ok()) {
+    if (resp.stop() && !stop_requested_.exchange(true)) {
+      spdlog::info("adctld asks this rank to stop ({})", resp.reason());
+    }
+  } else if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+             st.error_code() == grpc::StatusCode::NOT_FOUND) {
+    if (!stop_requested_.exchange(true)) {
+      spdlog::warn("adctld no longer knows this attempt ({}); stopping", st.error_message());
+    }
+  } else if (!Retryable(st)) {
+    spdlog::warn("heartbeat: {}", st.error_message());
+  }
+}
+
+void CoordinatorClient::RunSender() {
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_until(lock, next_heartbeat, [this] { return shutting_down_ || urgent_; });
+      if (shutting_down_) return;
+      urgent_ = false;
+    }
+    SendQueued();
+    if (std::chrono::steady_clock::now() >= next_heartbeat) {
+      SendHeartbeat();
+      next_heartbeat =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(heartbeat_interval_ms_);
+    }
+  }
+}
+
+bool CoordinatorClient::Flush(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Let an in-flight batch finish rather than sending it twice.
+      cv_.wait_until(lock, deadline, [this] { return !in_flight_; });
+      if (metrics_.empty() && events_.empty()) return true;
+    }
+    if (SendQueued()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (metrics_.empty() && events_.empty()) return true;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!metrics_.empty() || !events_.empty()) {
+    spdlog::warn("adctld unreachable: {} metric point(s) and {} event(s) not delivered",
+                 metrics_.size(), events_.size());
+  }
+  return metrics_.empty() && events_.empty();
+}
+
+Status CoordinatorClient::Set(const std::string& key, const std::string& value) {
+  v1::KvSetRequest req;
+  *req.mutable_ref() = ref_;
+  req.set_key(key);
+  req.set_value(value);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (true) {
+    v1::KvSetResponse resp;
+    auto ctx = Context(std::chrono::seconds(5));
+    grpc::Status st = stub_->KvSet(ctx.get(), req, &resp);
+    if (st.ok()) return Status::Ok();
+    if (!Retryable(st) || std::chrono::steady_clock::now() >= deadline) {
+      Status s = FromGrpc(st);
+      return Status(s.code(), "rendezvous set '" + key + "': " + s.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+Result<std::string> CoordinatorClient::Get(const std::string& key,
+                                           std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    v1::KvGetRequest req;
+    *req.mutable_ref() = ref_;
+    req.set_key(key);
+    req.set_timeout_ms(static_cast<int>(std::min<int64_t>(left.count(), 30000)));
+    v1::KvGetResponse resp;
+    auto ctx = Context(std::chrono::milliseconds(req.timeout_ms()) + std::chrono::seconds(5));
+    grpc::Status st = stub_->KvGet(ctx.get(), req, &resp);
+    if (st.ok()) {
+      if (resp.found()) return resp.value();
+      continue;  // server-side wait ended; ask again until our own deadline
+    }
+    if (!Retryable(st)) {
+      Status s = FromGrpc(st);
+      return Status(s.code(), "rendezvous get '" + key + "': " + s.message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return Status(StatusCode::kDeadlineExceeded, "rendezvous key '" + key + "' not set within " +
+                                                   std::to_string(timeout.count() / 1000.0) +
+                                                   " s (job " + ref_.job_id() + " attempt " +
+                                                   std::to_string(ref_.attempt()) + ")");
+}
+
+}  // namespace adctl
