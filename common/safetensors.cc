@@ -19,9 +19,9 @@ struct DTypeEntry {
 };
 
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kF64, "F64", 8}, {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2},
+    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2}, {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2}, {DType::kI8, "I8", 1},   {DType::kU8, "U8", 1},
+    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},   {DType::kU8, "U8", 1},
     {DType::kBool, "BOOL", 1},
 };
 
@@ -112,7 +112,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
     }
     TensorInfo info;
     info.name = it.key();
-    if (!entry["dtype"].is_string() || !ParseDType(entry["dtype"].get<std::string>(), &info.dtype)) {
+    if (!entry["dtype"].is_string() ||
+        !ParseDType(entry["dtype"].get<std::string>(), &info.dtype)) {
       return DataLoss(where + ": unknown dtype " + entry["dtype"].dump());
     }
     size_t numel = 1;

@@ -44,7 +44,9 @@ class Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -56,8 +58,8 @@ inline Status FailedPrecondition(std::string m) {
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}              // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}      // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
   T& value() & { return *value_; }
@@ -74,8 +76,8 @@ class Result {
 
 }  // namespace adctl
 
-#define ADCTL_RETURN_IF_ERROR(expr)         \
-  do {                                      \
-    ::adctl::Status _st = (expr);           \
-    if (!_st.ok()) return _st;              \
+#define ADCTL_RETURN_IF_ERROR(expr) \
+  do {                              \
+    ::adctl::Status _st = (expr);   \
+    if (!_st.ok()) return _st;      \
   } while (0)

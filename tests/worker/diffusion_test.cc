@@ -7,7 +7,8 @@
 namespace adctl {
 namespace {
 
-const std::string kFile = std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny/schedulers.safetensors";
+const std::string kFile =
+    std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny/schedulers.safetensors";
 
 double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out - ref).norm() / ref.norm()).item<double>();
@@ -23,12 +24,15 @@ TEST_P(SchedulerTest, MatchesDiffusers) {
   auto s = NoiseSchedule::Make(GetParam(), 0.00085, 0.012, 1000);
   ASSERT_TRUE(s.ok());
   EXPECT_LT(RelativeError(s->alphas_cumprod(), r[p + "alphas_cumprod"]), 1e-6);
-  EXPECT_LT(RelativeError(s->AddNoise(r[p + "x0"], r[p + "noise"], r[p + "t"]), r[p + "noisy"]), 1e-6);
-  EXPECT_LT(RelativeError(s->Velocity(r[p + "x0"], r[p + "noise"], r[p + "t"]), r[p + "v_target"]), 1e-6);
+  EXPECT_LT(RelativeError(s->AddNoise(r[p + "x0"], r[p + "noise"], r[p + "t"]), r[p + "noisy"]),
+            1e-6);
+  EXPECT_LT(RelativeError(s->Velocity(r[p + "x0"], r[p + "noise"], r[p + "t"]), r[p + "v_target"]),
+            1e-6);
   EXPECT_TRUE(torch::equal(s->DdimTimesteps(25), r[p + "ddim25_timesteps"]));
   const int64_t t = r[p + "ddim_t"].item<int64_t>();
-  EXPECT_LT(RelativeError(s->DdimStep(r[p + "ddim_eps"], t, r[p + "ddim_xt"], 25), r[p + "ddim_prev"]),
-            1e-5);
+  EXPECT_LT(
+      RelativeError(s->DdimStep(r[p + "ddim_eps"], t, r[p + "ddim_xt"], 25), r[p + "ddim_prev"]),
+      1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, SchedulerTest, ::testing::Values("linear", "scaled_linear"));

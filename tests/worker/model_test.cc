@@ -38,7 +38,8 @@ ParityResult RunParity(UNet3D model) {
   loss.backward();
   ParityResult r;
   r.pred_error = RelativeError(pred.detach(), io["pred"]);
-  r.loss_error = std::abs(loss.item<double>() - io["loss"].item<double>()) / io["loss"].item<double>();
+  r.loss_error =
+      std::abs(loss.item<double>() - io["loss"].item<double>()) / io["loss"].item<double>();
   auto params = model->MotionParameters();
   r.grads = params.size();
   for (const auto& [name, p] : params) {
@@ -108,8 +109,9 @@ TEST(UNet3DParity, PerFrameNormChangesTheOutput) {
 class WeightsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("adctl-weights-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("adctl-weights-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -231,8 +233,9 @@ TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
   ASSERT_TRUE(WriteTensorFile(weights, bad_shape).ok());
   auto r3 = LoadUNet3D(src, "auto");
   ASSERT_FALSE(r3.ok());
-  EXPECT_NE(r3.status().message().find("'" + key + "' has shape [64, 3], the model expects [64, 64]"),
-            std::string::npos)
+  EXPECT_NE(
+      r3.status().message().find("'" + key + "' has shape [64, 3], the model expects [64, 64]"),
+      std::string::npos)
       << r3.status().message();
 
   // A truncated file is a clear error, not a crash.
@@ -271,7 +274,8 @@ TEST(MotionModule, PositionTableInterleavesSinAndCos) {
   auto pe = SinusoidalPositionTable(32, 8);
   EXPECT_FLOAT_EQ(pe[0][3][0].item<float>(), std::sin(3.0f));
   EXPECT_FLOAT_EQ(pe[0][3][1].item<float>(), std::cos(3.0f));
-  EXPECT_NEAR(pe[0][5][2].item<float>(), std::sin(5.0 * std::exp(-2.0 * std::log(10000.0) / 8)), 1e-6);
+  EXPECT_NEAR(pe[0][5][2].item<float>(), std::sin(5.0 * std::exp(-2.0 * std::log(10000.0) / 8)),
+              1e-6);
   // Rows do not depend on the table length.
   EXPECT_TRUE(torch::allclose(SinusoidalPositionTable(24, 8), pe.slice(1, 0, 24)));
 }

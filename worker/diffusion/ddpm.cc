@@ -39,7 +39,8 @@ torch::Tensor NoiseSchedule::Velocity(const torch::Tensor& x0, const torch::Tens
   return Gather(t, x0, false) * noise - Gather(t, x0, true) * x0;
 }
 
-torch::Tensor NoiseSchedule::DdimTimesteps(int64_t num_inference_steps, int64_t steps_offset) const {
+torch::Tensor NoiseSchedule::DdimTimesteps(int64_t num_inference_steps,
+                                           int64_t steps_offset) const {
   const int64_t ratio = num_train_timesteps() / num_inference_steps;
   auto ts = torch::arange(0, num_inference_steps, torch::kLong) * ratio + steps_offset;
   return ts.flip(0);

@@ -3,9 +3,9 @@
 // docs/research/animatediff-spec.md §4.1 (linear β 0.00085 → 0.012) and §6.
 #pragma once
 
-#include <string>
-
 #include <torch/torch.h>
+
+#include <string>
 
 #include "common/status.h"
 
@@ -36,7 +36,8 @@ class NoiseSchedule {
                          int64_t num_inference_steps) const;
 
  private:
-  torch::Tensor Gather(const torch::Tensor& t, const torch::Tensor& like, bool sqrt_one_minus) const;
+  torch::Tensor Gather(const torch::Tensor& t, const torch::Tensor& like,
+                       bool sqrt_one_minus) const;
   torch::Tensor alphas_cumprod_;
 };
 

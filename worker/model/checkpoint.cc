@@ -9,8 +9,7 @@ struct BlockHolder : torch::CustomClassHolder {
 };
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               BlockFn fn) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, BlockFn fn) {
     auto holder = c10::make_intrusive<BlockHolder>(fn);
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     ctx->save_for_backward({x});
@@ -19,7 +18,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    auto holder = c10::static_intrusive_pointer_cast<BlockHolder>(ctx->saved_data["fn"].toCapsule());
+    auto holder =
+        c10::static_intrusive_pointer_cast<BlockHolder>(ctx->saved_data["fn"].toCapsule());
     auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     torch::Tensor y;
     {

@@ -5,9 +5,9 @@
 // get no gradient (docs/research/animatediff-spec.md §2.4). The block must be deterministic.
 #pragma once
 
-#include <functional>
-
 #include <torch/torch.h>
+
+#include <functional>
 
 namespace adctl {
 

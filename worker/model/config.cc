@@ -68,8 +68,10 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
     for (const auto& t : j.at("down_block_types")) c.down_block_types.push_back(Strip(t));
     for (const auto& t : j.at("up_block_types")) c.up_block_types.push_back(Strip(t));
     if (c.down_block_types.size() != levels || c.up_block_types.size() != levels) {
-      return InvalidArgument(where + ": down_block_types and up_block_types need one entry per "
-                             "block_out_channels entry (" + std::to_string(levels) + ")");
+      return InvalidArgument(where +
+                             ": down_block_types and up_block_types need one entry per "
+                             "block_out_channels entry (" +
+                             std::to_string(levels) + ")");
     }
     for (const auto& t : c.down_block_types) {
       if (t != "CrossAttnDownBlock2D" && t != "DownBlock2D") {
@@ -77,7 +79,8 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
       }
     }
     for (const auto& t : c.up_block_types) {
-      if (t != "CrossAttnUpBlock2D" && t != "UpBlock2D") return Unsupported(where, "up_block_types", t);
+      if (t != "CrossAttnUpBlock2D" && t != "UpBlock2D")
+        return Unsupported(where, "up_block_types", t);
     }
     if (j.contains("layers_per_block")) {
       if (!j["layers_per_block"].is_number_integer()) {
@@ -86,7 +89,7 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
       c.layers_per_block = j["layers_per_block"];
     }
     // Head count: num_attention_heads if set, else the legacy attention_head_dim.
-    Json heads = !IsNull(j, "num_attention_heads") ? j["num_attention_heads"]
+    Json heads = !IsNull(j, "num_attention_heads")  ? j["num_attention_heads"]
                  : j.contains("attention_head_dim") ? j["attention_head_dim"]
                                                     : Json(8);
     if (heads.is_number_integer()) {
@@ -103,7 +106,8 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
     c.flip_sin_to_cos = j.value("flip_sin_to_cos", c.flip_sin_to_cos);
     c.freq_shift = j.value("freq_shift", c.freq_shift);
     c.downsample_padding = j.value("downsample_padding", c.downsample_padding);
-    if (c.downsample_padding != 1) return Unsupported(where, "downsample_padding", c.downsample_padding);
+    if (c.downsample_padding != 1)
+      return Unsupported(where, "downsample_padding", c.downsample_padding);
     c.use_linear_projection = j.value("use_linear_projection", false);
     if (cls == "UNet2DConditionModel") {
       const std::string mid = j.value("mid_block_type", std::string("UNetMidBlock2DCrossAttn"));
@@ -126,8 +130,8 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
     }
     for (size_t i = 0; i < levels; ++i) {
       if (c.block_out_channels[i] % c.norm_num_groups != 0) {
-        return InvalidArgument(where + ": block_out_channels[" + std::to_string(i) + "] = " +
-                               std::to_string(c.block_out_channels[i]) +
+        return InvalidArgument(where + ": block_out_channels[" + std::to_string(i) +
+                               "] = " + std::to_string(c.block_out_channels[i]) +
                                " is not divisible by norm_num_groups " +
                                std::to_string(c.norm_num_groups));
       }
@@ -158,16 +162,19 @@ Result<MotionConfig> ParseMotionConfig(const std::string& json_text, const std::
       if (j.value("motion_transformer_layers_per_block", 1) != 1 ||
           j.value("motion_transformer_layers_per_mid_block", 1) != 1 ||
           j.value("motion_mid_block_layers_per_block", 1) != 1) {
-        return InvalidArgument(where + ": only one transformer layer per motion module is supported");
+        return InvalidArgument(where +
+                               ": only one transformer layer per motion module is supported");
       }
-      if (!IsNull(j, "conv_in_channels")) return Unsupported(where, "conv_in_channels", j["conv_in_channels"]);
+      if (!IsNull(j, "conv_in_channels"))
+        return Unsupported(where, "conv_in_channels", j["conv_in_channels"]);
     } else if (cls == "UNetMotionModel") {
       m.layers_per_block = j.value("layers_per_block", m.layers_per_block);
       m.norm_num_groups = j.value("norm_num_groups", m.norm_num_groups);
       if (!IsNull(j, "reverse_motion_num_attention_heads") ||
           j.value("temporal_transformer_layers_per_block", 1) != 1 ||
           j.value("temporal_transformer_layers_per_mid_block", 1) != 1) {
-        return InvalidArgument(where + ": only one transformer layer per motion module is supported");
+        return InvalidArgument(where +
+                               ": only one transformer layer per motion module is supported");
       }
     } else {
       return InvalidArgument(where + ": _class_name is '" + cls +

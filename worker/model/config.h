@@ -38,11 +38,11 @@ struct UNetConfig {
 };
 
 struct MotionConfig {
-  int64_t layers_per_block = 2;       // down blocks; up blocks have one more
+  int64_t layers_per_block = 2;  // down blocks; up blocks have one more
   int64_t num_attention_heads = 8;
   int64_t norm_num_groups = 32;
   int64_t max_seq_length = 32;
-  bool use_mid_block = true;          // v2 layout
+  bool use_mid_block = true;  // v2 layout
   int64_t transformer_layers_per_block = 1;
   // GroupNorm scope of the motion module's input norm: true = statistics span all frames of a
   // clip (diffusers), false = per frame (original AnimateDiff). spec §2.5.

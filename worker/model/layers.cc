@@ -171,7 +171,8 @@ Transformer2DImpl::Transformer2DImpl(int64_t channels, int64_t heads, int64_t co
     proj_in = torch::nn::AnyModule(torch::nn::Linear(channels, channels));
     proj_out = torch::nn::AnyModule(torch::nn::Linear(channels, channels));
   } else {
-    proj_in = torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
+    proj_in =
+        torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
     proj_out =
         torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
   }
@@ -185,7 +186,9 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
                                          int64_t num_frames) {
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   auto y = GroupNormIn(norm, x);
-  auto to_tokens = [&](const torch::Tensor& t) { return t.permute({0, 2, 3, 1}).reshape({n, h * w, c}); };
+  auto to_tokens = [&](const torch::Tensor& t) {
+    return t.permute({0, 2, 3, 1}).reshape({n, h * w, c});
+  };
   auto from_tokens = [&](const torch::Tensor& t) {
     return t.reshape({n, h, w, c}).permute({0, 3, 1, 2}).contiguous();
   };
@@ -207,15 +210,15 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
 
 Downsample2DImpl::Downsample2DImpl(int64_t channels, int64_t padding) {
   conv = register_module(
-      "conv",
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).stride(2).padding(padding)));
+      "conv", torch::nn::Conv2d(
+                  torch::nn::Conv2dOptions(channels, channels, 3).stride(2).padding(padding)));
 }
 
 torch::Tensor Downsample2DImpl::forward(const torch::Tensor& x) { return Conv2dIn(conv, x); }
 
 Upsample2DImpl::Upsample2DImpl(int64_t channels) {
-  conv = register_module("conv",
-                         torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)));
+  conv = register_module(
+      "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)));
 }
 
 torch::Tensor Upsample2DImpl::forward(const torch::Tensor& x, std::vector<int64_t> size) {

@@ -42,8 +42,7 @@ torch::Tensor TemporalTransformerBlockImpl::forward(torch::Tensor x) {
   return x;
 }
 
-MotionModuleImpl::MotionModuleImpl(int64_t channels, int64_t heads, int64_t groups,
-                                   int64_t max_len)
+MotionModuleImpl::MotionModuleImpl(int64_t channels, int64_t heads, int64_t groups, int64_t max_len)
     : max_len(max_len) {
   norm = register_module(
       "norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));

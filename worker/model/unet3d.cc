@@ -6,10 +6,9 @@ namespace adctl {
 
 Status CheckMotionFitsUNet(const UNetConfig& unet, const MotionConfig& motion) {
   if (motion.layers_per_block != unet.layers_per_block) {
-    return InvalidArgument("motion adapter motion_layers_per_block (" +
-                           std::to_string(motion.layers_per_block) +
-                           ") must equal the UNet's layers_per_block (" +
-                           std::to_string(unet.layers_per_block) + ")");
+    return InvalidArgument(
+        "motion adapter motion_layers_per_block (" + std::to_string(motion.layers_per_block) +
+        ") must equal the UNet's layers_per_block (" + std::to_string(unet.layers_per_block) + ")");
   }
   for (int64_t c : unet.block_out_channels) {
     if (c % motion.norm_num_groups != 0 || c % motion.num_attention_heads != 0) {
@@ -36,7 +35,8 @@ UNet3DImpl::UNet3DImpl(const UNetConfig& unet, const MotionConfig& motion)
   };
 
   conv_in = register_module(
-      "conv_in", torch::nn::Conv2d(torch::nn::Conv2dOptions(unet.in_channels, ch[0], 3).padding(1)));
+      "conv_in",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(unet.in_channels, ch[0], 3).padding(1)));
   time_embedding = register_module("time_embedding", TimestepEmbedding(ch[0], temb));
 
   down_blocks = register_module("down_blocks", torch::nn::ModuleList());
@@ -69,7 +69,8 @@ UNet3DImpl::UNet3DImpl(const UNetConfig& unet, const MotionConfig& motion)
   mid_block->resnets->push_back(ResnetBlock2D(mid_c, mid_c, temb, groups, eps));
   mid_block->attentions->push_back(transformer(mid_c, unet.attention_heads.back()));
   if (motion.use_mid_block) {
-    mid_block->motion_modules = mid_block->register_module("motion_modules", torch::nn::ModuleList());
+    mid_block->motion_modules =
+        mid_block->register_module("motion_modules", torch::nn::ModuleList());
     mid_block->motion_modules->push_back(motion_module(mid_c));
   }
 
@@ -107,15 +108,13 @@ UNet3DImpl::UNet3DImpl(const UNetConfig& unet, const MotionConfig& motion)
       torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[0], unet.out_channels, 3).padding(1)));
 }
 
-torch::Tensor UNet3DImpl::RunMotion(torch::nn::ModuleList list, size_t i,
-                                    const torch::Tensor& x, int64_t frames) {
+torch::Tensor UNet3DImpl::RunMotion(torch::nn::ModuleList list, size_t i, const torch::Tensor& x,
+                                    int64_t frames) {
   auto* mm = list[i]->as<MotionModuleImpl>();
   const bool across = motion_.norm_across_frames;
   return MaybeCheckpoint(
-      gradient_checkpointing_, [mm, frames, across](const torch::Tensor& h) {
-        return mm->forward(h, frames, across);
-      },
-      x);
+      gradient_checkpointing_,
+      [mm, frames, across](const torch::Tensor& h) { return mm->forward(h, frames, across); }, x);
 }
 
 torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tensor& timesteps,
@@ -133,21 +132,19 @@ torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tens
   auto emb = time_embedding(features);  // [B, temb], one per clip
   auto ctx = text.to(dtype);
 
-  auto x = sample.permute({0, 2, 1, 3, 4}).reshape(
-      {b * frames, sample.size(1), sample.size(3), sample.size(4)});
+  auto x = sample.permute({0, 2, 1, 3, 4})
+               .reshape({b * frames, sample.size(1), sample.size(3), sample.size(4)});
   x = Conv2dIn(conv_in, x);
 
   auto resnet = [&](torch::nn::ModuleList list, size_t i, const torch::Tensor& h) {
     auto* r = list[i]->as<ResnetBlock2DImpl>();
     return MaybeCheckpoint(
-        ckpt, [r, emb, frames](const torch::Tensor& in) { return r->forward(in, emb, frames); },
-        h);
+        ckpt, [r, emb, frames](const torch::Tensor& in) { return r->forward(in, emb, frames); }, h);
   };
   auto attention = [&](torch::nn::ModuleList list, size_t i, const torch::Tensor& h) {
     auto* a = list[i]->as<Transformer2DImpl>();
     return MaybeCheckpoint(
-        ckpt, [a, ctx, frames](const torch::Tensor& in) { return a->forward(in, ctx, frames); },
-        h);
+        ckpt, [a, ctx, frames](const torch::Tensor& in) { return a->forward(in, ctx, frames); }, h);
   };
 
   std::vector<torch::Tensor> skips = {x};

@@ -7,10 +7,10 @@
 // compatible (a torch module).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "worker/model/config.h"
 #include "worker/model/layers.h"

@@ -14,33 +14,54 @@ namespace {
 
 Result<torch::ScalarType> ToTorch(DType dtype, const std::string& where) {
   switch (dtype) {
-    case DType::kF64: return torch::kDouble;
-    case DType::kF32: return torch::kFloat;
-    case DType::kF16: return torch::kHalf;
-    case DType::kBF16: return torch::kBFloat16;
-    case DType::kI64: return torch::kLong;
-    case DType::kI32: return torch::kInt;
-    case DType::kI16: return torch::kShort;
-    case DType::kI8: return torch::kChar;
-    case DType::kU8: return torch::kByte;
-    case DType::kBool: return torch::kBool;
+    case DType::kF64:
+      return torch::kDouble;
+    case DType::kF32:
+      return torch::kFloat;
+    case DType::kF16:
+      return torch::kHalf;
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kI64:
+      return torch::kLong;
+    case DType::kI32:
+      return torch::kInt;
+    case DType::kI16:
+      return torch::kShort;
+    case DType::kI8:
+      return torch::kChar;
+    case DType::kU8:
+      return torch::kByte;
+    case DType::kBool:
+      return torch::kBool;
   }
   return InvalidArgument(where + ": unsupported dtype");
 }
 
 Result<DType> FromTorch(torch::ScalarType t, const std::string& where) {
   switch (t) {
-    case torch::kDouble: return DType::kF64;
-    case torch::kFloat: return DType::kF32;
-    case torch::kHalf: return DType::kF16;
-    case torch::kBFloat16: return DType::kBF16;
-    case torch::kLong: return DType::kI64;
-    case torch::kInt: return DType::kI32;
-    case torch::kShort: return DType::kI16;
-    case torch::kChar: return DType::kI8;
-    case torch::kByte: return DType::kU8;
-    case torch::kBool: return DType::kBool;
-    default: return InvalidArgument(where + ": cannot store dtype " + std::string(c10::toString(t)));
+    case torch::kDouble:
+      return DType::kF64;
+    case torch::kFloat:
+      return DType::kF32;
+    case torch::kHalf:
+      return DType::kF16;
+    case torch::kBFloat16:
+      return DType::kBF16;
+    case torch::kLong:
+      return DType::kI64;
+    case torch::kInt:
+      return DType::kI32;
+    case torch::kShort:
+      return DType::kI16;
+    case torch::kChar:
+      return DType::kI8;
+    case torch::kByte:
+      return DType::kU8;
+    case torch::kBool:
+      return DType::kBool;
+    default:
+      return InvalidArgument(where + ": cannot store dtype " + std::string(c10::toString(t)));
   }
 }
 
@@ -53,7 +74,8 @@ std::string ShapeString(c10::IntArrayRef s) {
 bool IsMotionKey(const std::string& k) { return k.find("motion_modules.") != std::string::npos; }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Original AnimateDiff files carry no (or differently sized) position tables: ours stay.
@@ -140,13 +162,16 @@ Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
     if (it->second.sizes() != target.sizes()) {
       return InvalidArgument(where + ": tensor '" + name + "' has shape " +
                              ShapeString(it->second.sizes()) + ", the model expects " +
-                             ShapeString(target.sizes()) + " (config.json does not match the weights?)");
+                             ShapeString(target.sizes()) +
+                             " (config.json does not match the weights?)");
     }
     target.copy_(it->second);
     return Status::Ok();
   };
-  for (auto& item : module.named_parameters(true)) ADCTL_RETURN_IF_ERROR(visit(item.key(), item.value()));
-  for (auto& item : module.named_buffers(true)) ADCTL_RETURN_IF_ERROR(visit(item.key(), item.value()));
+  for (auto& item : module.named_parameters(true))
+    ADCTL_RETURN_IF_ERROR(visit(item.key(), item.value()));
+  for (auto& item : module.named_buffers(true))
+    ADCTL_RETURN_IF_ERROR(visit(item.key(), item.value()));
   for (const auto& [name, t] : tensors) {
     if (!used.count(name)) unexpected.push_back(name);
   }
@@ -239,18 +264,18 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
     // The combined file holds both parts; an AnimateDiff file then replaces the motion part.
     TensorMap twod, motion;
     for (auto& [k, t] : *base) (IsMotionKey(k) ? motion : twod)[k] = t;
-    ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, twod, [](const std::string& k) { return !IsMotionKey(k); },
-                                     *weights_path));
+    ADCTL_RETURN_IF_ERROR(LoadStrict(
+        *out.model, twod, [](const std::string& k) { return !IsMotionKey(k); }, *weights_path));
     ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, motion_from_file ? motion_tensors : motion,
                                      motion_from_file ? IsMotionWeight : IsMotionKey,
                                      motion_from_file ? src.motion_module_file : *weights_path));
     out.motion_loaded = true;
   } else {
-    ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, *base,
-                                     [](const std::string& k) { return !IsMotionKey(k); },
-                                     *weights_path));
+    ADCTL_RETURN_IF_ERROR(LoadStrict(
+        *out.model, *base, [](const std::string& k) { return !IsMotionKey(k); }, *weights_path));
     if (!motion_tensors.empty()) {
-      ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, motion_tensors, IsMotionWeight, src.motion_module_file));
+      ADCTL_RETURN_IF_ERROR(
+          LoadStrict(*out.model, motion_tensors, IsMotionWeight, src.motion_module_file));
       out.motion_loaded = true;
     } else if (!src.motion_adapter.empty()) {
       auto adapter_path = FindWeights(src.motion_adapter);
@@ -268,7 +293,8 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
 
 namespace {
 
-Status SaveSubset(UNet3DImpl& model, const std::string& dir, bool motion, const std::string& config) {
+Status SaveSubset(UNet3DImpl& model, const std::string& dir, bool motion,
+                  const std::string& config) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Internal(dir + ": cannot create: " + ec.message());

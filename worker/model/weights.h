@@ -8,10 +8,10 @@
 // the key. Output: a MotionAdapter directory diffusers loads with `MotionAdapter.from_pretrained`.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <map>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "common/status.h"
 #include "worker/model/unet3d.h"
@@ -31,9 +31,9 @@ Status WriteTensorFile(const std::string& path, const TensorMap& tensors,
 std::string AnimateDiffKeyToDiffusers(const std::string& key);
 
 struct ModelSources {
-  std::string unet2d;           // directory
-  std::string motion_adapter;   // directory, optional with unet2d
-  std::string unet_motion;      // directory (instead of the two above)
+  std::string unet2d;          // directory
+  std::string motion_adapter;  // directory, optional with unet2d
+  std::string unet_motion;     // directory (instead of the two above)
   // Original AnimateDiff safetensors, optional. Its architecture comes from `motion_adapter`'s
   // config.json when given, else AnimateDiff's (8 heads, 32 groups).
   std::string motion_module_file;
@@ -41,8 +41,8 @@ struct ModelSources {
 
 struct LoadedUNet {
   UNet3D model{nullptr};
-  bool motion_loaded = false;   // false: fresh motion modules (proj_out zeroed)
-  std::string motion_format;    // "diffusers", "animatediff" or "new"
+  bool motion_loaded = false;  // false: fresh motion modules (proj_out zeroed)
+  std::string motion_format;   // "diffusers", "animatediff" or "new"
 };
 
 // Builds the model from the sources' config.json files and loads their weights strictly.

@@ -1,0 +1,155 @@
+// Data-parallel correctness of the real adworker binary on the CPU (Gloo): 2 ranks with batch b
+// equal 1 rank with batch 2b — same losses and same motion-module weights after K steps.
+// Ranks rendezvous through the directory store under the job directory (no coordinator).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "worker/exit_codes.h"
+#include "worker/model/weights.h"
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    (void)f;
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits at most `limit`; kills the process on timeout (the test must not hang).
+int WaitFor(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::map<int64_t, double> Losses(const std::string& jsonl) {
+  std::map<int64_t, double> out;
+  std::ifstream in(jsonl);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "step") out[j["step"]] = j["loss"];
+  }
+  return out;
+}
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("adctl-dp-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    std::ofstream(root_ / "spec.yaml")
+        << "name: dp\nmodel: {preset: tiny}\n"
+           "data: {kind: synthetic, num_samples: 32, frames: 4, height: 8, width: 8, text_len: 4}\n"
+           "train: {max_steps: 4, batch_size: 2, lr: 1.0e-3, seed: 3}\n"
+           "checkpoint: {every_steps: 0, keep_last: 1}\n"
+           "resources: {rendezvous_timeout_seconds: 20}\n";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::vector<std::string> Args(const std::string& job, int rank, int world,
+                                const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> a = {
+        ADWORKER,        "train",
+        "--spec",        (root_ / "spec.yaml").string(),
+        "--job-dir",     (root_ / job).string(),
+        "--rank",        std::to_string(rank),
+        "--world-size",  std::to_string(world),
+        "--metrics-out", (root_ / (job + "-" + std::to_string(rank) + ".jsonl")).string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  std::string Log(const std::string& name) { return (root_ / (name + ".log")).string(); }
+
+  fs::path root_;
+};
+
+TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
+  const pid_t one = Spawn(Args("one", 0, 1, {"--set", "train.batch_size=4"}), Log("one"));
+  ASSERT_EQ(WaitFor(one, std::chrono::seconds(240)), kExitOk);
+  const pid_t r0 = Spawn(Args("two", 0, 2), Log("two-0"));
+  const pid_t r1 = Spawn(Args("two", 1, 2), Log("two-1"));
+  ASSERT_EQ(WaitFor(r0, std::chrono::seconds(240)), kExitOk);
+  ASSERT_EQ(WaitFor(r1, std::chrono::seconds(60)), kExitOk);
+
+  const auto single = Losses((root_ / "one-0.jsonl").string());
+  const auto rank0 = Losses((root_ / "two-0.jsonl").string());
+  const auto rank1 = Losses((root_ / "two-1.jsonl").string());
+  ASSERT_EQ(single.size(), 4u);
+  ASSERT_EQ(rank0.size(), 4u);
+  for (const auto& [step, loss] : single) {
+    EXPECT_NEAR(rank0.at(step), loss, 1e-5 * std::max(1.0, loss)) << "step " << step;
+    EXPECT_EQ(rank0.at(step), rank1.at(step)) << "ranks report the same mean loss";
+  }
+  auto a = ReadTensorFile(
+      (root_ / "one/checkpoints/step-00000004/motion_adapter/diffusion_pytorch_model.safetensors")
+          .string());
+  auto b = ReadTensorFile(
+      (root_ / "two/checkpoints/step-00000004/motion_adapter/diffusion_pytorch_model.safetensors")
+          .string());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& [k, t] : *a) EXPECT_TRUE(torch::allclose(t, b->at(k), 1e-4, 1e-6)) << k;
+}
+
+TEST_F(DataParallelTest, ARankThatNeverComesFailsTheRendezvousInTime) {
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t r0 = Spawn(Args("lonely", 0, 2, {"--set", "resources.rendezvous_timeout_seconds=3"}),
+                         Log("lonely"));
+  EXPECT_EQ(WaitFor(r0, std::chrono::seconds(90)), kExitTransient);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  std::ifstream log(Log("lonely"));
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("rendezvous"), std::string::npos) << text;
+}
+
+TEST_F(DataParallelTest, ARankDyingMidRunEndsThePeerCleanly) {
+  const pid_t r0 = Spawn(
+      Args("dies", 0, 2,
+           {"--set", "train.max_steps=200", "--set", "resources.rendezvous_timeout_seconds=20"}),
+      Log("dies-0"));
+  const pid_t r1 = Spawn(Args("dies", 1, 2, {"--set", "train.max_steps=200"}), Log("dies-1"));
+  // Wait until rank 1 has trained a few steps, then kill it hard.
+  const auto jsonl = root_ / "dies-1.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (Losses(jsonl.string()).size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(Losses(jsonl.string()).size(), 2u);
+  kill(r1, SIGKILL);
+  WaitFor(r1, std::chrono::seconds(10));
+  const int rc = WaitFor(r0, std::chrono::seconds(120));
+  EXPECT_TRUE(rc == kExitTransient || rc == kExitCrash) << "rank 0 exit " << rc;
+}
+
+}  // namespace
+}  // namespace adctl

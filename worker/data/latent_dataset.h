@@ -1,0 +1,50 @@
+// Training data for the engine before the video pipeline: clips already encoded to latents.
+//
+// A latent dataset is a directory of safetensors shards, each holding `latents` [N, 4, F, h, w]
+// and `text_states` [N, L, D] (CLIP last hidden states, one per clip). Shards are mapped, not
+// read into memory; a sample is copied out on demand. The synthetic source generates clips
+// deterministically from (seed, index): a random latent field that drifts one pixel per frame
+// in a per-clip direction (so a motion module has something to learn), and text states that
+// encode the direction. `WriteSyntheticShards` writes the same clips as a latent dataset.
+// Thread-compatible; Get() is const and may run on several threads.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/safetensors.h"
+
+namespace adctl {
+
+struct LatentSample {
+  torch::Tensor latents;  // [C, F, h, w] fp32
+  torch::Tensor text;     // [L, D] fp32
+};
+
+struct LatentShape {
+  int64_t channels = 4, frames = 0, height = 0, width = 0, text_len = 0, text_dim = 0;
+  std::string ToString() const;
+};
+
+class LatentDataset {
+ public:
+  virtual ~LatentDataset() = default;
+  virtual int64_t size() const = 0;
+  virtual const LatentShape& shape() const = 0;
+  virtual LatentSample Get(int64_t index) const = 0;
+};
+
+// Opens `spec.data` (synthetic or latents). `text_dim` is the model's cross-attention width
+// (the synthetic source generates it; shards must match it). Errors name the path and problem.
+Result<std::unique_ptr<LatentDataset>> OpenLatentDataset(const DataSpec& spec, int64_t channels,
+                                                         int64_t text_dim);
+
+// Writes `spec`'s synthetic clips as shards of at most `shard_size` clips into `dir`.
+Status WriteSyntheticShards(const DataSpec& spec, int64_t channels, int64_t text_dim,
+                            const std::string& dir, int64_t shard_size);
+
+}  // namespace adctl

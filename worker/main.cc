@@ -1,0 +1,261 @@
+// adworker: one training rank. Subcommands:
+//   train          run a job spec (the coordinator's contract: docs/worker-contract.md)
+//   check-parity   forward + backward of a diffusers model on given inputs, for parity checks
+//   make-synthetic write the synthetic clips as a latent dataset (safetensors shards)
+// Exit codes: worker/exit_codes.h (README "Worker exit codes").
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "worker/data/latent_dataset.h"
+#include "worker/exit_codes.h"
+#include "worker/model/weights.h"
+#include "worker/report/coordinator_client.h"
+#include "worker/train/trainer.h"
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_stop{false};
+
+// Appends every step and checkpoint as one JSON line to a file (`--metrics-out`), for local
+// runs and benchmarks that read numbers without a coordinator.
+class JsonlReporter : public Reporter {
+ public:
+  explicit JsonlReporter(const std::string& path) : out_(path, std::ios::app) {}
+  bool ok() const { return static_cast<bool>(out_); }
+  void OnTrainingStarted(int64_t resumed_from_step, int64_t total_steps) override {
+    Write({{"event", "start"},
+           {"resumed_from_step", resumed_from_step},
+           {"total_steps", total_steps}});
+  }
+  void OnStep(const StepReport& r) override {
+    Write({{"event", "step"},
+           {"step", r.step},
+           {"total_steps", r.total_steps},
+           {"loss", r.loss},
+           {"learning_rate", r.learning_rate},
+           {"grad_norm", r.grad_norm},
+           {"step_seconds", r.step_seconds},
+           {"data_wait_seconds", r.data_wait_seconds},
+           {"allreduce_exposed_seconds", r.allreduce_exposed_seconds},
+           {"clips_per_second", r.clips_per_second},
+           {"samples_seen", r.samples_seen},
+           {"peak_memory_bytes", r.peak_memory_bytes}});
+  }
+  void OnCheckpoint(const CheckpointReport& r) override {
+    Write({{"event", "checkpoint"},
+           {"step", r.step},
+           {"path", r.path},
+           {"size_bytes", r.size_bytes},
+           {"save_seconds", r.save_seconds}});
+  }
+  void OnEvent(EventLevel, const std::string& message) override {
+    Write({{"event", "message"}, {"message", message}});
+  }
+  bool StopRequested() override { return false; }
+
+ private:
+  void Write(const nlohmann::json& j) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_ << j.dump() << "\n";
+    out_.flush();
+  }
+  std::mutex mu_;
+  std::ofstream out_;
+};
+
+void OnSigterm(int) { g_stop.store(true); }  // only sets the flag; the loop does the rest
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+int EnvIntOr(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+struct TrainArgs {
+  std::string spec_path;
+  std::vector<std::string> overrides;
+  int rank = -1, world_size = -1, local_rank = -1, attempt = -1;
+  std::string job_dir, coordinator, job_id, metrics_out;
+};
+
+int Train(const TrainArgs& a) {
+  auto spec = LoadJobSpecFile(a.spec_path, a.overrides);
+  if (!spec.ok()) {
+    spdlog::error("{}", spec.status().ToString());
+    return kExitBadSpec;
+  }
+  TrainerOptions o;
+  o.spec = *spec;
+  o.rank = a.rank >= 0 ? a.rank : EnvIntOr("RANK", 0);
+  o.world_size = a.world_size >= 0 ? a.world_size : EnvIntOr("WORLD_SIZE", 1);
+  o.local_rank = a.local_rank >= 0 ? a.local_rank : EnvIntOr("LOCAL_RANK", o.rank);
+  o.attempt = a.attempt >= 0 ? a.attempt : EnvIntOr("ADCTL_ATTEMPT", 1);
+  o.job_dir = !a.job_dir.empty()
+                  ? a.job_dir
+                  : EnvOr("ADCTL_JOB_DIR", fs::absolute(a.spec_path).parent_path().string());
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    spdlog::error("bad rank {} / world size {}", o.rank, o.world_size);
+    return kExitBadSpec;
+  }
+  const std::string coordinator =
+      !a.coordinator.empty() ? a.coordinator : EnvOr("ADCTL_COORDINATOR", "");
+  const std::string job_id = !a.job_id.empty() ? a.job_id : EnvOr("ADCTL_JOB_ID", "local");
+
+  std::vector<std::unique_ptr<Reporter>> sinks;
+  sinks.push_back(MakeLogReporter(o.rank));
+  if (!a.metrics_out.empty()) {
+    auto jsonl = std::make_unique<JsonlReporter>(a.metrics_out);
+    if (!jsonl->ok()) {
+      spdlog::error("--metrics-out {}: cannot open for writing", a.metrics_out);
+      return kExitBadSpec;
+    }
+    sinks.push_back(std::move(jsonl));
+  }
+  CoordinatorClient* client = nullptr;
+  if (!coordinator.empty()) {
+    auto connected = CoordinatorClient::Connect(coordinator, job_id, o.attempt, o.rank,
+                                                o.world_size, EnvOr("ADCTL_TOKEN", ""));
+    if (!connected.ok()) {
+      spdlog::error("coordinator {}: {}", coordinator, connected.status().ToString());
+      return kExitTransient;
+    }
+    client = connected->get();
+    sinks.push_back(std::move(*connected));
+  }
+  auto reporter = MakeFanOutReporter(std::move(sinks));
+  o.reporter = reporter.get();
+  o.store = client;  // nullptr: a directory store under the job directory
+  o.stop_flag = &g_stop;
+  spdlog::info("rank {}/{} job {} attempt {} dir {}", o.rank, o.world_size, job_id, o.attempt,
+               o.job_dir);
+  return RunTrainer(o);
+}
+
+int CheckParity(const std::string& unet2d, const std::string& adapter,
+                const std::string& unet_motion, const std::string& in, const std::string& out) {
+  ModelSources src;
+  src.unet2d = unet2d;
+  src.motion_adapter = adapter;
+  src.unet_motion = unet_motion;
+  auto loaded = LoadUNet3D(src, "auto");
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.status().ToString());
+    return kExitModelError;
+  }
+  auto io = ReadTensorFile(in);
+  if (!io.ok()) {
+    spdlog::error("{}", io.status().ToString());
+    return kExitDataError;
+  }
+  for (const char* key : {"sample", "timesteps", "encoder_hidden_states", "target"}) {
+    if (!io->count(key)) {
+      spdlog::error("{}: missing tensor '{}'", in, key);
+      return kExitDataError;
+    }
+  }
+  auto& model = loaded->model;
+  model->FreezeAllButMotionModules();
+  auto& t = *io;
+  auto pred = model->forward(t["sample"].to(torch::kFloat), t["timesteps"],
+                             t["encoder_hidden_states"].to(torch::kFloat));
+  auto loss = torch::mse_loss(pred, t["target"].to(torch::kFloat));
+  loss.backward();
+  TensorMap result{{"pred", pred.detach()}, {"loss", loss.detach().reshape({1})}};
+  for (const auto& [name, p] : model->MotionParameters()) result[name] = p.grad();
+  auto st = WriteTensorFile(out, result);
+  if (!st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return kExitCrash;
+  }
+  spdlog::info("loss {:.8f}; wrote pred, loss and {} gradients to {}", loss.item<double>(),
+               result.size() - 2, out);
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace adctl
+
+int main(int argc, char** argv) {
+  using namespace adctl;
+  CLI::App app{"adworker: one AnimateDiff training rank (see docs/worker-contract.md)"};
+  app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error (env ADCTL_LOG_LEVEL)");
+
+  TrainArgs ta;
+  auto* train = app.add_subcommand("train", "Run a training job spec");
+  train->add_option("--spec", ta.spec_path, "job spec YAML")->required()->check(CLI::ExistingFile);
+  train->add_option("--set", ta.overrides, "override a spec field: key=value (repeatable)");
+  train->add_option("--rank", ta.rank, "rank (env RANK)");
+  train->add_option("--world-size", ta.world_size, "ranks in the job (env WORLD_SIZE)");
+  train->add_option("--local-rank", ta.local_rank, "rank on this host (env LOCAL_RANK)");
+  train->add_option("--attempt", ta.attempt, "attempt number (env ADCTL_ATTEMPT)");
+  train->add_option("--job-dir", ta.job_dir, "job directory (env ADCTL_JOB_DIR)");
+  train->add_option("--coordinator", ta.coordinator,
+                    "adctld address host:port (env ADCTL_COORDINATOR)");
+  train->add_option("--job-id", ta.job_id, "job id (env ADCTL_JOB_ID)");
+  train->add_option("--metrics-out", ta.metrics_out,
+                    "append each step as a JSON line to this file");
+
+  std::string unet2d, adapter, unet_motion, io_in, io_out;
+  auto* parity = app.add_subcommand("check-parity", "Forward/backward of a model on given inputs");
+  parity->add_option("--unet2d", unet2d, "diffusers UNet2DConditionModel directory");
+  parity->add_option("--motion-adapter", adapter, "diffusers MotionAdapter directory");
+  parity->add_option("--unet-motion", unet_motion, "diffusers UNetMotionModel directory");
+  parity->add_option("--io", io_in, "inputs: sample, timesteps, encoder_hidden_states, target")
+      ->required();
+  parity->add_option("--out", io_out, "output safetensors: pred, loss, gradients")->required();
+
+  DataSpec synth;
+  std::string synth_out;
+  int64_t shard_size = 256, text_dim = 768, channels = 4;
+  auto* make = app.add_subcommand("make-synthetic", "Write synthetic clips as a latent dataset");
+  make->add_option("--out", synth_out, "output directory")->required();
+  make->add_option("--num-samples", synth.num_samples);
+  make->add_option("--frames", synth.frames);
+  make->add_option("--height", synth.height, "latent height");
+  make->add_option("--width", synth.width, "latent width");
+  make->add_option("--text-len", synth.text_len);
+  make->add_option("--text-dim", text_dim, "text width (the UNet's cross_attention_dim)");
+  make->add_option("--seed", synth.seed);
+  make->add_option("--shard-size", shard_size, "clips per shard");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadSpec;
+  }
+  SetupLogging("adworker", log_level);
+  std::signal(SIGTERM, OnSigterm);
+  std::signal(SIGINT, OnSigterm);
+
+  if (*train) return Train(ta);
+  if (*parity) return CheckParity(unet2d, adapter, unet_motion, io_in, io_out);
+  if (*make) {
+    auto st = WriteSyntheticShards(synth, channels, text_dim, synth_out, shard_size);
+    if (!st.ok()) {
+      spdlog::error("{}", st.ToString());
+      return kExitCrash;
+    }
+    spdlog::info("wrote {} synthetic clips to {}", synth.num_samples, synth_out);
+    return kExitOk;
+  }
+  return kExitBadSpec;
+}

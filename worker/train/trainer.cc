@@ -1,0 +1,392 @@
+#include "worker/train/trainer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/checkpoint_dir.h"
+#include "worker/compat.h"
+#include "worker/data/latent_dataset.h"
+#include "worker/data/sampler.h"
+#include "worker/diffusion/ddpm.h"
+#include "worker/dist/communicator.h"
+#include "worker/dist/directory_kv_store.h"
+#include "worker/dist/gradient_reducer.h"
+#include "worker/exit_codes.h"
+#include "worker/model/weights.h"
+#include "worker/train/optimizer.h"
+
+#if defined(ADCTL_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// A failure with the exit code it maps to.
+struct Failure {
+  int exit_code;
+  std::string message;
+};
+
+class Run {
+ public:
+  explicit Run(const TrainerOptions& o) : o_(o), spec_(o.spec), reporter_(*o.reporter) {}
+
+  int Execute() {
+    try {
+      if (auto f = Setup()) return Fail(*f);
+      return Train();
+    } catch (const CommunicationError& e) {
+      return Fail({kExitTransient, std::string("communication failed: ") + e.what()});
+    } catch (const c10::Error& e) {
+      return Fail({kExitCrash, std::string("torch error: ") + e.what_without_backtrace()});
+    } catch (const std::exception& e) {
+      return Fail({kExitCrash, std::string("error: ") + e.what()});
+    }
+  }
+
+ private:
+  int Fail(const Failure& f) {
+    reporter_.OnEvent(EventLevel::kError, f.message);
+    return f.exit_code;
+  }
+
+  std::optional<Failure> Setup() {
+    device_ =
+        torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    const std::string precision = spec_.train.precision == "auto"
+                                      ? (device_.is_cuda() ? "bf16" : "fp32")
+                                      : spec_.train.precision;
+    compute_dtype_ = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+    checkpoint_root_ = spec_.checkpoint.dir.empty()
+                           ? (fs::path(o_.job_dir) / "checkpoints").string()
+                           : spec_.checkpoint.dir;
+
+    if (auto f = LoadModel()) return f;
+    const auto& unet_cfg = model_->unet_config();
+
+    auto dataset =
+        OpenLatentDataset(spec_.data, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
+    if (!dataset.ok()) return Failure{kExitDataError, dataset.status().ToString()};
+    dataset_ = std::move(*dataset);
+    if (dataset_->shape().frames > model_->motion_config().max_seq_length) {
+      return Failure{kExitBadSpec, "data: clips have " + std::to_string(dataset_->shape().frames) +
+                                       " frames, the motion modules hold at most " +
+                                       std::to_string(model_->motion_config().max_seq_length)};
+    }
+    auto fits =
+        DistributedSampler::CheckFits(dataset_->size(), o_.world_size, spec_.train.batch_size);
+    if (!fits.ok()) return Failure{kExitBadSpec, fits.ToString()};
+    sampler_ = std::make_unique<DistributedSampler>(dataset_->size(), o_.rank, o_.world_size,
+                                                    static_cast<uint64_t>(spec_.train.seed));
+    auto schedule = NoiseSchedule::Make(spec_.train.beta_schedule, spec_.train.beta_start,
+                                        spec_.train.beta_end, spec_.train.num_train_timesteps);
+    if (!schedule.ok()) return Failure{kExitBadSpec, schedule.status().ToString()};
+    schedule_ = std::make_unique<NoiseSchedule>(*schedule);
+
+    params_ = model_->MotionParameters();
+    optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
+    if (auto f = Resume()) return f;
+
+    if (o_.world_size > 1) {
+      KeyValueStore* store = o_.store;
+      if (store == nullptr) {
+        own_store_ = MakeDirectoryKeyValueStore(
+            (fs::path(o_.job_dir) / "rendezvous" / ("attempt-" + std::to_string(o_.attempt)))
+                .string());
+        store = own_store_.get();
+      }
+      const auto timeout = std::chrono::milliseconds(
+          static_cast<int64_t>(spec_.resources.rendezvous_timeout_seconds * 1000));
+      auto comm = MakeCommunicator(device_.is_cuda() ? "nccl" : "gloo", store, o_.rank,
+                                   o_.world_size, timeout);
+      if (!comm.ok()) return Failure{kExitTransient, "rendezvous: " + comm.status().ToString()};
+      comm_ = std::move(*comm);
+      ReducerOptions ro;
+      ro.bucket_cap_mb = spec_.train.bucket_cap_mb;
+      ro.bf16_buckets = spec_.train.bucket_dtype == "bf16";
+      std::vector<torch::Tensor> tensors;
+      for (auto& [name, p] : params_) tensors.push_back(p);
+      reducer_ = std::make_unique<GradientReducer>(comm_.get(), tensors, ro);
+      reducer_->BroadcastParameters(0);
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Failure> LoadModel() {
+    const auto& m = spec_.model;
+    if (!m.preset.empty()) {
+      // Same seed on every rank: identical random weights everywhere.
+      torch::manual_seed(static_cast<uint64_t>(spec_.train.seed));
+      model_ = m.preset == "sd15" ? UNet3D(Sd15UNetConfig(), Sd15MotionConfig(m.preset_layout))
+                                  : UNet3D(TinyUNetConfig(), TinyMotionConfig(m.preset_layout));
+      model_->ZeroInitMotionProjOut();
+      if (m.motion_norm == "per_frame") model_->set_norm_across_frames(false);
+      // The tiny preset's frozen UNet is written out so its checkpoints load as a diffusers
+      // pair; sd15's random 3.4 GB are not worth the disk.
+      if (o_.rank == 0 && m.preset == "tiny") {
+        const auto dir = fs::path(o_.job_dir) / "model" / "unet2d";
+        if (!fs::exists(dir / "config.json")) {
+          auto st = SaveUNet2D(*model_, dir.string());
+          if (!st.ok()) return Failure{kExitCrash, st.ToString()};
+        }
+      }
+    } else {
+      ModelSources src{m.unet2d, m.motion_adapter, m.unet_motion, m.motion_module_file};
+      auto loaded = LoadUNet3D(src, m.motion_norm);
+      if (!loaded.ok()) return Failure{kExitModelError, loaded.status().ToString()};
+      model_ = loaded->model;
+      reporter_.OnEvent(EventLevel::kInfo,
+                        "model loaded; motion modules: " + loaded->motion_format);
+    }
+    model_->set_gradient_checkpointing(m.gradient_checkpointing);
+    model_->FreezeAllButMotionModules();
+    model_->to(device_);
+    // Frozen weights in the compute dtype (bf16 on GPU); motion modules stay fp32 masters.
+    if (compute_dtype_ != torch::kFloat) {
+      torch::NoGradGuard no_grad;
+      for (auto& item : model_->named_parameters(true)) {
+        if (!item.value().requires_grad()) item.value().set_data(item.value().to(compute_dtype_));
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Failure> Resume() {
+    auto latest = LatestVerifiedCheckpoint(checkpoint_root_);
+    if (!latest.ok()) return Failure{kExitDataError, latest.status().ToString()};
+    if (!latest->has_value()) return std::nullopt;
+    const auto& ckpt = **latest;
+    const auto& meta = ckpt.manifest.metadata;
+    const std::string dir = ckpt.info.path;
+    auto weights = ReadTensorFile(dir + "/motion_adapter/diffusion_pytorch_model.safetensors");
+    if (!weights.ok()) return Failure{kExitDataError, weights.status().ToString()};
+    auto st = LoadStrict(
+        *model_, *weights,
+        [](const std::string& k) { return k.find("motion_modules.") != std::string::npos; }, dir);
+    if (!st.ok())
+      return Failure{kExitModelError, "checkpoint does not fit the model: " + st.ToString()};
+    auto opt = ReadTensorFile(dir + "/optimizer.safetensors");
+    if (!opt.ok()) return Failure{kExitDataError, opt.status().ToString()};
+    for (auto& [k, t] : *opt) t = t.to(device_);
+    st = optimizer_->LoadStateDict(*opt);
+    if (!st.ok()) return Failure{kExitDataError, dir + ": " + st.ToString()};
+    try {
+      step_ = meta.at("step").get<int64_t>();
+      samples_seen_ = meta.at("samples_seen").get<int64_t>();
+      st = sampler_->Restore(
+          {meta.at("sampler_epoch").get<int64_t>(), meta.at("sampler_position").get<int64_t>()});
+    } catch (const std::exception& e) {
+      return Failure{kExitDataError, dir + "/manifest.json: bad trainer state: " + e.what()};
+    }
+    if (!st.ok()) return Failure{kExitDataError, dir + ": " + st.ToString()};
+    resumed_from_ = dir;
+    last_checkpoint_step_ = step_;
+    const int64_t old_world = meta.value("world_size", int64_t{1});
+    reporter_.OnEvent(
+        EventLevel::kInfo,
+        "resumed from " + dir + " at step " + std::to_string(step_) +
+            (old_world != o_.world_size ? " (world size " + std::to_string(old_world) + " -> " +
+                                              std::to_string(o_.world_size) + ")"
+                                        : ""));
+    return std::nullopt;
+  }
+
+  // Checkpoint of the current state (rank 0 writes; the others wait at the barrier).
+  std::optional<Failure> SaveCheckpoint() {
+    if (o_.rank == 0) {
+      const auto t0 = Clock::now();
+      auto writer = CheckpointWriter::Begin(checkpoint_root_, step_);
+      if (!writer.ok()) return Failure{kExitCrash, writer.status().ToString()};
+      auto st = SaveMotionAdapter(*model_, writer->dir() + "/motion_adapter");
+      if (st.ok())
+        st = WriteTensorFile(writer->dir() + "/optimizer.safetensors", optimizer_->StateDict());
+      if (!st.ok()) return Failure{kExitCrash, "checkpoint: " + st.ToString()};
+      const auto sampler = sampler_->state();
+      nlohmann::json meta = {
+          {"step", step_},
+          {"samples_seen", samples_seen_},
+          {"sampler_epoch", sampler.epoch},
+          {"sampler_position", sampler.position},
+          {"world_size", o_.world_size},
+          {"global_batch", spec_.train.batch_size * spec_.train.grad_accum * o_.world_size},
+          {"seed", spec_.train.seed},
+          {"job_name", spec_.name},
+      };
+      auto path = writer->Commit(meta);
+      if (!path.ok()) return Failure{kExitCrash, path.status().ToString()};
+      auto retention = ApplyRetention(checkpoint_root_, spec_.checkpoint.keep_last, resumed_from_);
+      if (!retention.ok()) {
+        reporter_.OnEvent(EventLevel::kWarning, "retention: " + retention.status().ToString());
+      }
+      auto verified = VerifyCheckpoint(*path);
+      CheckpointReport report;
+      report.step = step_;
+      report.path = *path;
+      report.size_bytes = verified.ok() ? verified->TotalBytes() : 0;
+      report.save_seconds = Seconds(t0, Clock::now());
+      reporter_.OnCheckpoint(report);
+    }
+    if (comm_) comm_->Barrier();
+    last_checkpoint_step_ = step_;
+    return std::nullopt;
+  }
+
+  bool StopAgreed() {
+    const bool local =
+        (o_.stop_flag != nullptr && o_.stop_flag->load()) || reporter_.StopRequested();
+    if (!comm_) return local;
+    auto flag =
+        torch::tensor({local ? 1.0f : 0.0f}, torch::TensorOptions().device(comm_->device()));
+    comm_->AllReduceSumAsync(flag)->Wait();
+    return flag.item<float>() > 0;
+  }
+
+  int Train() {
+    const auto& t = spec_.train;
+    const int64_t accum = t.grad_accum;
+    const int64_t global_batch = t.batch_size * accum * o_.world_size;
+    reporter_.OnTrainingStarted(step_, t.max_steps);
+    model_->train();
+    while (step_ < t.max_steps) {
+      if (StopAgreed()) {
+        if (last_checkpoint_step_ != step_) {
+          if (auto f = SaveCheckpoint()) return Fail(*f);
+        }
+        reporter_.OnEvent(EventLevel::kInfo,
+                          "stopped at step " + std::to_string(step_) + " after checkpoint");
+        return kExitPreempted;
+      }
+      const auto step_start = Clock::now();
+      double data_wait = 0, loss_sum = 0;
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        const auto d0 = Clock::now();
+        auto batch = NextBatch();
+        data_wait += Seconds(d0, Clock::now());
+        if (reducer_) reducer_->PrepareForBackward(micro == accum - 1);
+        auto pred = model_->forward(batch.noisy, batch.timesteps, batch.text);
+        auto loss =
+            torch::mse_loss(pred.to(torch::kFloat), batch.target) / static_cast<double>(accum);
+        loss.backward();
+        loss_sum += loss.detach().item<double>();
+      }
+      if (reducer_) reducer_->FinishBackward();
+      const double grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
+      const double lr = LearningRate(t, step_);
+      optimizer_->Step(lr);
+      optimizer_->ZeroGrad();
+      double loss_value = loss_sum;
+      if (comm_) {
+        auto l = torch::tensor({loss_sum},
+                               torch::TensorOptions().dtype(torch::kFloat).device(comm_->device()));
+        comm_->AllReduceSumAsync(l)->Wait();
+        loss_value = l.item<double>() / o_.world_size;
+      }
+      ++step_;
+      samples_seen_ += global_batch;
+      const double step_seconds = Seconds(step_start, Clock::now());
+      if (!std::isfinite(loss_value)) {
+        return Fail({kExitCrash, "loss is " + std::to_string(loss_value) + " at step " +
+                                     std::to_string(step_)});
+      }
+      if (step_ % std::max<int64_t>(1, t.log_every) == 0 || step_ == t.max_steps) {
+        StepReport r;
+        r.step = step_;
+        r.total_steps = t.max_steps;
+        r.loss = loss_value;
+        r.learning_rate = lr;
+        r.grad_norm = grad_norm;
+        r.step_seconds = step_seconds;
+        r.data_wait_seconds = data_wait;
+        r.allreduce_exposed_seconds = reducer_ ? reducer_->last_exposed_allreduce_seconds() : 0;
+        r.clips_per_second = global_batch / step_seconds;
+        r.samples_seen = samples_seen_;
+        r.peak_memory_bytes = PeakMemory();
+        reporter_.OnStep(r);
+      }
+      if (spec_.checkpoint.every_steps > 0 && step_ % spec_.checkpoint.every_steps == 0 &&
+          step_ < t.max_steps) {
+        if (auto f = SaveCheckpoint()) return Fail(*f);
+      }
+    }
+    if (last_checkpoint_step_ != step_) {
+      if (auto f = SaveCheckpoint()) return Fail(*f);
+    }
+    reporter_.OnEvent(EventLevel::kInfo, "training finished at step " + std::to_string(step_));
+    return kExitOk;
+  }
+
+  struct Batch {
+    torch::Tensor noisy, timesteps, text, target;
+  };
+
+  Batch NextBatch() {
+    const auto indices = sampler_->Next(spec_.train.batch_size);
+    std::vector<torch::Tensor> x0, text, noise, steps;
+    for (size_t i = 0; i < indices.size(); ++i) {
+      auto sample = dataset_->Get(indices[i]);
+      // Noise and timestep depend only on the seed and the sample's run-wide position.
+      auto gen = at::detail::createCPUGenerator(
+          static_cast<uint64_t>(spec_.train.seed) * 0x9E3779B97F4A7C15ULL +
+          static_cast<uint64_t>(sampler_->GlobalPosition(static_cast<int64_t>(i))));
+      noise.push_back(torch::randn(sample.latents.sizes(), gen));
+      steps.push_back(torch::randint(0, schedule_->num_train_timesteps(), {1}, gen, torch::kLong));
+      x0.push_back(sample.latents);
+      text.push_back(sample.text);
+    }
+    Batch b;
+    auto latents = torch::stack(x0).to(device_);
+    auto eps = torch::stack(noise).to(device_);
+    b.timesteps = torch::cat(steps).to(device_);
+    b.noisy = schedule_->AddNoise(latents, eps, b.timesteps).to(compute_dtype_);
+    b.target = spec_.train.prediction_type == "v_prediction"
+                   ? schedule_->Velocity(latents, eps, b.timesteps)
+                   : eps;
+    b.text = torch::stack(text).to(device_).to(compute_dtype_);
+    return b;
+  }
+
+  int64_t PeakMemory() const {
+#if defined(ADCTL_WITH_CUDA)
+    if (device_.is_cuda()) {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+      return stats.allocated_bytes[0].peak;
+    }
+#endif
+    return 0;
+  }
+
+  const TrainerOptions& o_;
+  const JobSpec& spec_;
+  Reporter& reporter_;
+  torch::Device device_{torch::kCPU};
+  torch::ScalarType compute_dtype_ = torch::kFloat;
+  std::string checkpoint_root_;
+  std::string resumed_from_;
+  UNet3D model_{nullptr};
+  std::unique_ptr<LatentDataset> dataset_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  std::unique_ptr<NoiseSchedule> schedule_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<KeyValueStore> own_store_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<GradientReducer> reducer_;
+  int64_t step_ = 0;
+  int64_t samples_seen_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+};
+
+}  // namespace
+
+int RunTrainer(const TrainerOptions& options) { return Run(options).Execute(); }
+
+}  // namespace adctl
