@@ -429,6 +429,10 @@ Status Supervisor::LaunchLocked(const JobRecord& job, const std::vector<std::str
   a.attempt = attempt;
   a.devices = devices;
   a.grace_seconds = job.grace_seconds;
+  a.launched_at = now;
+  if (auto spec = ParseJobSpec(job.spec_yaml); spec.ok()) {
+    a.hang_timeout_seconds = spec->resources.hang_timeout_seconds;
+  }
 
   // The rank's environment: adctld's own (minus what we set), the contract variables, and the
   // NCCL multicast safety defaults (see docs/worker-contract.md) unless the operator set them.
@@ -599,6 +603,27 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
       StartTeardownLocked(a, a->grace_seconds, now);
     }
   }
+  if (a->hang_timeout_seconds > 0 && !a->teardown && !a->ranks.empty()) {
+    auto job = store_->GetJob(a->job_id);
+    if (job.ok() && job->state == JobState::kRunning) {
+      const double last_progress = std::max(job->progress.updated_at, a->launched_at);
+      if (now - last_progress > a->hang_timeout_seconds) {
+        a->failure = "no training progress for " +
+                     std::to_string(static_cast<int>(now - last_progress)) +
+                     " s (resources.hang_timeout_seconds " +
+                     std::to_string(static_cast<int>(a->hang_timeout_seconds)) + ")";
+        a->failure_class = ExitClass::kRetryable;
+        EventRecord e;
+        e.job_id = a->job_id;
+        e.attempt = a->attempt;
+        e.kind = "hang";
+        e.level = "error";
+        e.message = a->failure + "; stopping the attempt";
+        store_->AddEvent(e);
+        StartTeardownLocked(a, a->grace_seconds, now);
+      }
+    }
+  }
   if (a->teardown && !a->killed && now >= a->kill_deadline) {
     bool any_alive = false;
     for (RankProc& r : a->ranks) {
@@ -766,6 +791,10 @@ Status Supervisor::ReconcileLocked() {
     a.attempt = job.attempt;
     a.devices = job.devices;
     a.grace_seconds = job.grace_seconds;
+    a.launched_at = now;
+    if (auto spec = ParseJobSpec(job.spec_yaml); spec.ok()) {
+      a.hang_timeout_seconds = spec->resources.hang_timeout_seconds;
+    }
     auto ranks = store_->ListRanks(job.id, job.attempt);
     if (!ranks.ok()) return ranks.status();
     int alive = 0;

@@ -142,6 +142,9 @@ class Supervisor {
     ExitClass failure_class = ExitClass::kSuccess;
     // RESTARTING with no processes: relaunch at this time.
     double relaunch_at = 0;
+    // Hang watchdog: no new step for this long while RUNNING fails the attempt (0: off).
+    double hang_timeout_seconds = 0;
+    double launched_at = 0;
   };
 
   void TickLoop();

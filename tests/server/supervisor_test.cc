@@ -245,5 +245,18 @@ TEST_F(SupervisorTest, RankThatDiedWhileTheSupervisorWasAwayCountsAsAFailure) {
   WaitFor(id, JobState::kCancelled);
 }
 
+TEST_F(SupervisorTest, HangWatchdogRestartsAnAttemptWithoutProgress) {
+  std::string yaml = Spec("sleep", 1, /*max_restarts=*/1);
+  yaml.replace(yaml.find("grace_seconds"), 0, "hang_timeout_seconds: 0.3, ");
+  std::string id = Submit(yaml);
+  WaitFor(id, JobState::kStarting);
+  // Training started but never reports a step.
+  ASSERT_TRUE(store_->Transition(id, JobState::kStarting, JobState::kRunning, "started").ok());
+  JobRecord job = WaitFor(id, JobState::kRestarting);
+  EXPECT_NE(job.message.find("no training progress"), std::string::npos) << job.message;
+  supervisor_->Cancel(id, std::nullopt, true);
+  WaitFor(id, JobState::kCancelled);
+}
+
 }  // namespace
 }  // namespace adctl
