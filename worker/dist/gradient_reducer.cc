@@ -13,8 +13,9 @@
 #include <string>
 
 #if defined(ADCTL_WITH_CUDA)
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "worker/dist/cuda_util.h"
 #endif
 
 namespace adctl {
@@ -51,12 +52,19 @@ std::string Describe(const torch::Tensor& t) {
 // events on the current stream on GPU (the CPU never blocks there, the stream does).
 class GradientReducer::ExposedTimer {
  public:
-  explicit ExposedTimer(torch::Device device) : device_(device) {}
+  explicit ExposedTimer(torch::Device device) : device_(device) {
+#if defined(ADCTL_WITH_CUDA)
+    if (device_.is_cuda()) {
+      start_event_ = std::make_unique<cuda::Event>(/*timing=*/true);
+      stop_event_ = std::make_unique<cuda::Event>(/*timing=*/true);
+    }
+#endif
+  }
 
   void Start() {
 #if defined(ADCTL_WITH_CUDA)
     if (device_.is_cuda()) {
-      start_event_.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+      ADCTL_CUDA_CHECK(cudaEventRecord(start_event_->get(), CurrentStream()));
       measured_ = true;
       return;
     }
@@ -67,7 +75,7 @@ class GradientReducer::ExposedTimer {
   void Stop() {
 #if defined(ADCTL_WITH_CUDA)
     if (device_.is_cuda()) {
-      stop_event_.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+      ADCTL_CUDA_CHECK(cudaEventRecord(stop_event_->get(), CurrentStream()));
       return;
     }
 #endif
@@ -78,22 +86,28 @@ class GradientReducer::ExposedTimer {
 #if defined(ADCTL_WITH_CUDA)
     if (device_.is_cuda()) {
       if (!measured_) return 0;
-      stop_event_.synchronize();
-      return start_event_.elapsed_time(stop_event_) / 1000.0;
+      float milliseconds = 0;
+      ADCTL_CUDA_CHECK(cudaEventSynchronize(stop_event_->get()));
+      ADCTL_CUDA_CHECK(
+          cudaEventElapsedTime(&milliseconds, start_event_->get(), stop_event_->get()));
+      return milliseconds / 1000.0;
     }
 #endif
     return seconds_;
   }
 
  private:
+#if defined(ADCTL_WITH_CUDA)
+  cudaStream_t CurrentStream() const {
+    return c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  }
+  std::unique_ptr<cuda::Event> start_event_;  // created only for a CUDA device
+  std::unique_ptr<cuda::Event> stop_event_;
+  bool measured_ = false;
+#endif
   const torch::Device device_;
   std::chrono::steady_clock::time_point start_;
   double seconds_ = 0;
-#if defined(ADCTL_WITH_CUDA)
-  at::cuda::CUDAEvent start_event_{cudaEventDefault};  // timing enabled
-  at::cuda::CUDAEvent stop_event_{cudaEventDefault};
-  bool measured_ = false;
-#endif
 };
 
 GradientReducer::GradientReducer(Communicator* comm, std::vector<torch::Tensor> params,

@@ -1,10 +1,9 @@
 // NCCL communicator and GradientReducer on real GPUs, one process per GPU (rank r uses cuda:r).
 // Skipped when fewer GPUs than a test needs are visible. The test process never touches CUDA;
 // it counts GPUs with nvidia-smi and compares what the rank processes wrote.
-#include <signal.h>
-
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -35,19 +34,19 @@ int VisibleGpus() {
   return count;
 }
 
-#define SKIP_WITHOUT_GPUS(n)                                                              \
-  do {                                                                                    \
-    const int gpus = VisibleGpus();                                                       \
+#define SKIP_WITHOUT_GPUS(n)                                                               \
+  do {                                                                                     \
+    const int gpus = VisibleGpus();                                                        \
     if (gpus < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, nvidia-smi lists " << gpus; \
   } while (0)
 
-#define RANK_CHECK(condition)                                                               \
-  do {                                                                                      \
-    if (!(condition)) {                                                                     \
-      std::fprintf(stderr, "rank %d: check failed at %s:%d: %s\n", env.rank, __FILE__,      \
-                   __LINE__, #condition);                                                   \
-      return 10;                                                                            \
-    }                                                                                       \
+#define RANK_CHECK(condition)                                                                    \
+  do {                                                                                           \
+    if (!(condition)) {                                                                          \
+      std::fprintf(stderr, "rank %d: check failed at %s:%d: %s\n", env.rank, __FILE__, __LINE__, \
+                   #condition);                                                                  \
+      return 10;                                                                                 \
+    }                                                                                            \
   } while (0)
 
 // ADCTL_TEST_RENDEZVOUS_MS, when set, replaces `rendezvous`.
@@ -57,8 +56,8 @@ std::unique_ptr<Communicator> ConnectNccl(const test::RankEnv& env, milliseconds
   if (!override_ms.empty()) rendezvous = milliseconds(std::stoll(override_ms));
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.rank));
   auto store = MakeDirectoryKeyValueStore(env.dir + "/kv");
-  auto comm = MakeCommunicator("nccl", store.get(), env.rank, env.world_size, rendezvous,
-                               operation);
+  auto comm =
+      MakeCommunicator("nccl", store.get(), env.rank, env.world_size, rendezvous, operation);
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", env.rank, comm.status().ToString().c_str());
     test::WriteFile(env.dir + "/status-" + std::to_string(env.rank), comm.status().ToString());
@@ -116,8 +115,7 @@ TEST(NcclCommunicatorTest, RendezvousTimesOutNamingTheRankThatNeverCame) {
                                        {"ADCTL_TEST_RENDEZVOUS_MS=2000"});
   EXPECT_NE(outcomes[0].exit_code, 0) << test::Describe(outcomes);
   EXPECT_LT(outcomes[0].seconds, 30) << test::Describe(outcomes);
-  EXPECT_NE(test::ReadFile(dir + "/status-0").find("rank 1 of 2 did not arrive"),
-            std::string::npos)
+  EXPECT_NE(test::ReadFile(dir + "/status-0").find("rank 1 of 2 did not arrive"), std::string::npos)
       << test::Describe(outcomes);
 }
 
@@ -139,8 +137,7 @@ ADCTL_RANK_ROLE(nccl_peer_dies) {
 
 TEST(NcclCommunicatorTest, ARankDyingMidAllReduceEndsThePeerWithExitCode76) {
   SKIP_WITHOUT_GPUS(2);
-  const auto outcomes =
-      test::RunRanks("nccl_peer_dies", 2, test::MakeTempDir("nccl"), seconds(90));
+  const auto outcomes = test::RunRanks("nccl_peer_dies", 2, test::MakeTempDir("nccl"), seconds(90));
   EXPECT_EQ(outcomes[1].signal, SIGKILL) << test::Describe(outcomes);
   EXPECT_EQ(outcomes[0].exit_code, kExitTransient) << test::Describe(outcomes);
   EXPECT_NE(outcomes[0].log.find("nccl"), std::string::npos) << test::Describe(outcomes);
@@ -164,22 +161,20 @@ ADCTL_RANK_ROLE(nccl_tiny_training) {
 
 void ExpectTwoGpusEqualOneGpu(test::TinyTrainingConfig config, double weight_tolerance) {
   const std::string dir = test::MakeTempDir("nccl");
-  const auto ranks = test::RunRanks("nccl_tiny_training", 2, dir, seconds(180), {},
-                                    config.ToEnv());
+  const auto ranks = test::RunRanks("nccl_tiny_training", 2, dir, seconds(180), {}, config.ToEnv());
   for (const auto& o : ranks) ASSERT_EQ(o.exit_code, 0) << test::Describe(ranks);
   const std::string reference_dir = test::MakeTempDir("nccl");
   test::TinyTrainingConfig reference_config = config;
   reference_config.batch_per_rank *= 2;
   auto env = reference_config.ToEnv();
   env.push_back("TINY_REFERENCE=1");
-  const auto reference = test::RunRanks("nccl_tiny_training", 1, reference_dir, seconds(180),
-                                        {}, env);
+  const auto reference =
+      test::RunRanks("nccl_tiny_training", 1, reference_dir, seconds(180), {}, env);
   ASSERT_EQ(reference[0].exit_code, 0) << test::Describe(reference);
 
   const auto expected = test::TinyTrainingResult::Load(reference_dir + "/result-0.pt");
   for (int r = 0; r < 2; ++r) {
-    const auto got =
-        test::TinyTrainingResult::Load(dir + "/result-" + std::to_string(r) + ".pt");
+    const auto got = test::TinyTrainingResult::Load(dir + "/result-" + std::to_string(r) + ".pt");
     ASSERT_EQ(got.losses.size(), expected.losses.size());
     for (size_t s = 0; s < got.losses.size(); ++s) {
       EXPECT_NEAR(got.losses[s], expected.losses[s], 1e-5) << "rank " << r << " step " << s;
@@ -239,7 +234,8 @@ ADCTL_RANK_ROLE(nccl_overlap) {
     optimizer.step();
     torch::cuda::synchronize();
     if (step < 3) continue;
-    steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    steps.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     exposed.push_back(reducer.last_exposed_allreduce_seconds());
   }
   std::sort(steps.begin(), steps.end());
@@ -266,9 +262,10 @@ TEST(NcclGradientReducerTest, MostAllReduceTimeHidesBehindBackward) {
               4);
   }
   const double efficiency = step[1] / step[2];  // same batch per rank: E(2) = t(1) / t(2)
-  std::printf("1 GPU: step %.1f ms (exposed %.2f ms); 2 GPUs: step %.1f ms (exposed %.2f ms); "
-              "E(2) = %.3f\n",
-              1e3 * step[1], 1e3 * exposed[1], 1e3 * step[2], 1e3 * exposed[2], efficiency);
+  std::printf(
+      "1 GPU: step %.1f ms (exposed %.2f ms); 2 GPUs: step %.1f ms (exposed %.2f ms); "
+      "E(2) = %.3f\n",
+      1e3 * step[1], 1e3 * exposed[1], 1e3 * step[2], 1e3 * exposed[2], efficiency);
   RecordProperty("scaling_efficiency", std::to_string(efficiency));
   EXPECT_LT(exposed[2], 0.25 * step[2]);
 }
