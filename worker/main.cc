@@ -133,7 +133,8 @@ int Train(const TrainArgs& a) {
                                                 o.world_size, EnvOr("ADCTL_TOKEN", ""));
     if (!connected.ok()) {
       spdlog::error("coordinator {}: {}", coordinator, connected.status().ToString());
-      return kExitTransient;
+      // Unreachable is worth a retry; a wrong token or a superseded attempt is not.
+      return connected.status().code() == StatusCode::kUnavailable ? kExitTransient : kExitBadSpec;
     }
     client = connected->get();
     sinks.push_back(std::move(*connected));
@@ -144,7 +145,11 @@ int Train(const TrainArgs& a) {
   o.stop_flag = &g_stop;
   spdlog::info("rank {}/{} job {} attempt {} dir {}", o.rank, o.world_size, job_id, o.attempt,
                o.job_dir);
-  return RunTrainer(o);
+  const int rc = RunTrainer(o);
+  if (client != nullptr && !client->Flush(std::chrono::seconds(10))) {
+    spdlog::warn("coordinator {}: not every report was delivered before exit", coordinator);
+  }
+  return rc;
 }
 
 int CheckParity(const std::string& unet2d, const std::string& adapter,

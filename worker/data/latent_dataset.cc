@@ -160,7 +160,7 @@ Status WriteSyntheticShards(const DataSpec& spec, int64_t channels, int64_t text
       latents.push_back(s.latents);
       text.push_back(s.text);
     }
-    char name[32];
+    char name[48];
     std::snprintf(name, sizeof(name), "shard-%05lld.safetensors", static_cast<long long>(shard));
     ADCTL_RETURN_IF_ERROR(
         WriteTensorFile((fs::path(dir) / name).string(),
