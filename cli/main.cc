@@ -66,6 +66,7 @@ void PrintOutcome(const v1::Job& job) {
 int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bool quiet) {
   const double deadline = timeout_seconds > 0 ? Now() + timeout_seconds : 0;
   double unreachable_since = 0;
+  bool ever_connected = false;
   while (true) {
     v1::GetJobRequest req;
     req.set_job_id(id);
@@ -74,12 +75,14 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
     grpc::Status st = client.stub().GetJob(ctx.get(), req, &job);
     if (st.ok()) {
       unreachable_since = 0;
+      ever_connected = true;
       if (IsTerminalState(job.state())) {
         if (!quiet) PrintOutcome(job);
         return ExitCodeFor(job.state());
       }
-    } else if (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
-               st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    } else if (ever_connected && (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                  st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      // adctld went away after we reached it: most likely a restart; keep trying a while.
       if (unreachable_since == 0) unreachable_since = Now();
       if (Now() - unreachable_since > 60) return ReportError(st, client.server());
     } else {
@@ -101,6 +104,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
   const double deadline = timeout_seconds > 0 ? Now() + timeout_seconds : 0;
   int64_t last_event = 0;
   double unreachable_since = 0;
+  bool ever_connected = false;
   std::string last_line;
   v1::Job job;
   bool have_job = false;
@@ -123,6 +127,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
     };
     while (reader->Read(&update)) {
       unreachable_since = 0;
+      ever_connected = true;
       if (update.has_event()) {
         const v1::Event& e = update.event();
         last_event = e.id();
@@ -164,6 +169,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
       return ReportError(st, client.server());
     }
     // The stream broke (adctld restarting): try again for a while.
+    if (!ever_connected) return ReportError(st, client.server());
     if (unreachable_since == 0) unreachable_since = Now();
     if (Now() - unreachable_since > 60) return ReportError(st, client.server());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

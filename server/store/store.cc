@@ -354,8 +354,8 @@ Status Store::InsertJob(const JobRecord& j) {
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   Stmt s(db_,
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
-         "priority, max_restarts, grace_seconds, submitted_at, message) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "priority, max_restarts, grace_seconds, submitted_at, message, total_steps) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -365,7 +365,7 @@ Status Store::InsertJob(const JobRecord& j) {
   }
   s.Bind(j.spec_yaml).Bind(j.token).Bind(j.job_dir).Bind(static_cast<int>(j.state));
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
-  s.Bind(j.submitted_at).Bind(j.message);
+  s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;

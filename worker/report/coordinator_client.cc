@@ -203,7 +203,7 @@ void CoordinatorClient::OnEvent(EventLevel level, const std::string& message) {
   Enqueue(std::move(e), level != EventLevel::kInfo);
 }
 
-bool CoordinatorClient::SendQueued() {
+bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
   std::lock_guard<std::mutex> send_lock(send_mu_);
   std::vector<v1::MetricPoint> metrics;
   std::vector<v1::WorkerEvent> events;
@@ -221,7 +221,7 @@ bool CoordinatorClient::SendQueued() {
     *req.mutable_ref() = ref_;
     for (auto& m : metrics) *req.add_points() = m;
     v1::ReportMetricsResponse resp;
-    auto ctx = Context(std::chrono::seconds(5));
+    auto ctx = Context(rpc_timeout);
     grpc::Status st = stub_->ReportMetrics(ctx.get(), req, &resp);
     if (st.ok() || !Retryable(st)) {
       if (!st.ok()) spdlog::warn("adctld refused metrics: {}", st.error_message());
@@ -238,7 +238,7 @@ bool CoordinatorClient::SendQueued() {
     *req.mutable_ref() = ref_;
     for (auto& e : events) *req.add_events() = e;
     v1::ReportEventsResponse resp;
-    auto ctx = Context(std::chrono::seconds(5));
+    auto ctx = Context(rpc_timeout);
     grpc::Status st = stub_->ReportEvents(ctx.get(), req, &resp);
     if (st.ok() || !Retryable(st)) {
       if (!st.ok()) spdlog::warn("adctld refused events: {}", st.error_message());
@@ -279,11 +279,14 @@ void CoordinatorClient::SendHeartbeat() {
 }
 
 void CoordinatorClient::RunSender() {
+  // Step metrics go out at least every 250 ms (live progress), heartbeats every interval.
+  constexpr auto kMetricsPeriod = std::chrono::milliseconds(250);
   auto next_heartbeat = std::chrono::steady_clock::now();
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, next_heartbeat, [this] { return shutting_down_ || urgent_; });
+      const auto wake = std::min(next_heartbeat, std::chrono::steady_clock::now() + kMetricsPeriod);
+      cv_.wait_until(lock, wake, [this] { return shutting_down_ || urgent_; });
       if (shutting_down_) return;
       urgent_ = false;
     }
@@ -305,7 +308,10 @@ bool CoordinatorClient::Flush(std::chrono::milliseconds timeout) {
       cv_.wait_until(lock, deadline, [this] { return !in_flight_; });
       if (metrics_.empty() && events_.empty()) return true;
     }
-    if (SendQueued()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    if (SendQueued(std::min<std::chrono::milliseconds>(left, std::chrono::seconds(5)))) {
       std::lock_guard<std::mutex> lock(mu_);
       if (metrics_.empty() && events_.empty()) return true;
     } else {

@@ -68,8 +68,9 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
                     int rank, std::string token);
   std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout) const;
   void RunSender();
-  // Sends queued metrics and events once; false when adctld did not take them.
-  bool SendQueued();
+  // Sends queued metrics and events once, each call bounded by `rpc_timeout`; false when
+  // adctld did not take them.
+  bool SendQueued(std::chrono::milliseconds rpc_timeout = std::chrono::seconds(5));
   void SendHeartbeat();
   void Enqueue(v1::WorkerEvent event, bool urgent);
 

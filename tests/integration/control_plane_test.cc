@@ -1,0 +1,278 @@
+// The control plane end to end on CPU: a real adctld (temp dir, free ports), the real adctl
+// binary, the real adworker training a tiny preset model on synthetic data.
+//
+// Each test is short (a few tiny steps); they share nothing, so ctest may run them in parallel.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "tests/integration/harness.h"
+
+namespace adctl::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tiny job from the README. `steps` optimizer steps, a checkpoint every 2.
+std::string TinySpec(int steps, int max_restarts = 0, int gpus = 1, double grace = 20) {
+  return "name: tiny\n"
+         "model: {preset: tiny}\n"
+         "data: {kind: synthetic, num_samples: 16, frames: 4, height: 8, width: 8}\n"
+         "train: {max_steps: " +
+         std::to_string(steps) +
+         ", batch_size: 1}\n"
+         "checkpoint: {every_steps: 2, keep_last: 2}\n"
+         "resources: {gpus: " +
+         std::to_string(gpus) + ", max_restarts: " + std::to_string(max_restarts) +
+         ", grace_seconds: " + std::to_string(grace) + "}\n";
+}
+
+int64_t Step(const nlohmann::json& job) {
+  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
+}
+int64_t CheckpointStep(const nlohmann::json& job) {
+  return job.contains("progress") ? std::stoll(job["progress"].value("last_checkpoint_step", "0"))
+                                  : 0;
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) {
+      GTEST_SKIP() << "adworker is not built";
+    }
+    coordinator_ = std::make_unique<Coordinator>(2);
+    coordinator_->Start();
+  }
+  // No live process in any rank's process group, over every attempt.
+  void ExpectNoRankProcess(const nlohmann::json& job) {
+    for (const auto& r : job.value("ranks", nlohmann::json::array())) {
+      EXPECT_FALSE(GroupAlive(r.value("pgid", 0))) << r.dump();
+      EXPECT_FALSE(PidAlive(r.value("pid", 0))) << r.dump();
+    }
+  }
+  std::vector<std::string> Events(const std::string& id) {
+    std::vector<std::string> out;
+    auto j = coordinator_->AdctlJson({"events", id});
+    for (const auto& e : j.value("events", nlohmann::json::array())) {
+      out.push_back(e.value("message", ""));
+    }
+    return out;
+  }
+  bool AnyEventContains(const std::string& id, const std::string& text) {
+    for (const auto& e : Events(id)) {
+      if (e.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(ControlPlaneTest, SubmitRunsToSucceededWithACheckpointOnDisk) {
+  Coordinator& c = *coordinator_;
+  auto spec = c.WriteSpec("tiny", TinySpec(6));
+  CommandResult r = c.Adctl({"submit", spec, "--wait", "--timeout", "240"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto jobs = c.AdctlJson({"ls"});
+  ASSERT_EQ(jobs["jobs"].size(), 1u);
+  std::string id = jobs["jobs"][0]["id"];
+  auto job = c.Describe(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(Step(job), 6);
+  EXPECT_EQ(job["attempt"], 1);
+
+  auto ckpts = c.AdctlJson({"ckpt", "ls", id});
+  ASSERT_FALSE(ckpts["checkpoints"].empty()) << ckpts.dump();
+  auto last = ckpts["checkpoints"].back();
+  EXPECT_EQ(last["step"], "6");
+  EXPECT_TRUE(last["on_disk"].get<bool>());
+  EXPECT_TRUE(fs::exists(last["path"].get<std::string>() + "/manifest.json"));
+
+  CommandResult logs = c.Adctl({"logs", id, "--rank", "0"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_FALSE(logs.out.empty());
+  std::string metrics = c.HttpGet("/metrics");
+  EXPECT_NE(metrics.find("adctl_jobs{state=\"SUCCEEDED\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("adctl_train_global_step{job_id=\"" + id + "\"} 6"), std::string::npos)
+      << metrics;
+  // Idempotent submission: the same submission id gives the same job.
+  std::string a = c.Submit(spec, {"--submission-id", "ci-7", "--set", "train.max_steps=2"});
+  std::string b = c.Submit(spec, {"--submission-id", "ci-7", "--set", "train.max_steps=2"});
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(c.Adctl({"wait", a, "--timeout", "240"}).exit_code, 0);
+}
+
+TEST_F(ControlPlaneTest, CancelMidRunEndsCancelledWithNoProcessLeft) {
+  Coordinator& c = *coordinator_;
+  std::string id = c.Submit(c.WriteSpec("long", TinySpec(100000)));
+  auto running = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 1; }, 240, "first step");
+  ASSERT_GE(Step(running), 1);
+  CommandResult r = c.Adctl({"cancel", id, "--grace", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "60"}).exit_code, 3);
+  auto job = c.Describe(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_CANCELLED");
+  ExpectNoRankProcess(running);
+  ExpectNoRankProcess(job);
+  // Cancelling again is a clear usage error.
+  CommandResult again = c.Adctl({"cancel", id});
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("already ended"), std::string::npos) << again.err;
+}
+
+TEST_F(ControlPlaneTest, PauseThenResumeContinuesFromTheCheckpointStep) {
+  Coordinator& c = *coordinator_;
+  std::string id = c.Submit(c.WriteSpec("pause", TinySpec(12)));
+  c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 3; }, 240, "step 3");
+  ASSERT_EQ(c.Adctl({"pause", id}).exit_code, 0);
+  auto paused = c.WaitState(id, "PAUSED", 120);
+  const int64_t ckpt = CheckpointStep(paused);
+  EXPECT_GE(ckpt, 2) << paused.dump(2);
+  EXPECT_LT(ckpt, 12);
+  ExpectNoRankProcess(paused);
+  ASSERT_EQ(c.Adctl({"resume", id}).exit_code, 0);
+  EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "240"}).exit_code, 0);
+  auto done = c.Describe(id);
+  EXPECT_EQ(done["attempt"], 2);
+  EXPECT_EQ(Step(done), 12);
+  EXPECT_TRUE(AnyEventContains(id, "training resumed from checkpoint step " + std::to_string(ckpt)))
+      << "events do not show a resume from step " << ckpt;
+}
+
+TEST_F(ControlPlaneTest, KilledRankRestartsFromCheckpointThenFailsWhenRestartsRunOut) {
+  Coordinator& c = *coordinator_;
+  std::string id = c.Submit(c.WriteSpec("kill", TinySpec(100000, /*max_restarts=*/1)));
+  auto first = c.WaitUntil(
+      id,
+      [](const nlohmann::json& j) {
+        return CheckpointStep(j) >= 2 && !j["ranks"].empty() && j["ranks"][0].value("pid", 0) > 0;
+      },
+      240, "a checkpoint in attempt 1");
+  kill(first["ranks"][0]["pid"].get<int>(), SIGKILL);
+  auto second = c.WaitUntil(
+      id,
+      [](const nlohmann::json& j) {
+        return j.value("attempt", 0) == 2 && j.value("state", "") == "JOB_STATE_RUNNING" &&
+               !j["ranks"].empty() && j["ranks"][0].value("pid", 0) > 0;
+      },
+      240, "attempt 2 running");
+  EXPECT_EQ(second["restarts"], 1);
+  EXPECT_TRUE(AnyEventContains(id, "rank 0 killed by signal 9"));
+  EXPECT_TRUE(AnyEventContains(id, "training resumed from checkpoint step"));
+  kill(second["ranks"][0]["pid"].get<int>(), SIGKILL);
+  CommandResult w = c.Adctl({"wait", id, "--timeout", "120"});
+  EXPECT_EQ(w.exit_code, 1) << w.out << w.err;
+  auto failed = c.Describe(id);
+  EXPECT_EQ(failed["state"], "JOB_STATE_FAILED");
+  EXPECT_NE(failed["message"].get<std::string>().find("restarts exhausted (1/1)"),
+            std::string::npos)
+      << failed["message"];
+  ExpectNoRankProcess(failed);
+  std::string metrics = c.HttpGet("/metrics");
+  EXPECT_NE(metrics.find("adctl_job_restarts_total{job_id=\"" + id + "\"} 1"), std::string::npos);
+}
+
+TEST_F(ControlPlaneTest, CoordinatorKilledMidJobReattachesAndLosesNothing) {
+  Coordinator& c = *coordinator_;
+  const int kSteps = 16;
+  std::string id = c.Submit(c.WriteSpec("restart", TinySpec(kSteps)));
+  auto before = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 2; }, 240, "step 2");
+  c.Kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  c.Start();
+  EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "240"}).exit_code, 0);
+  auto job = c.Describe(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_TRUE(AnyEventContains(id, "adctld restarted"));
+  // Every step of rank 0 is in SQLite exactly once, whichever attempt made it.
+  auto points = nlohmann::json::parse(c.HttpGet("/api/v1/jobs/" + id + "/metrics"));
+  std::set<int64_t> steps;
+  for (const auto& p : points["points"]) {
+    if (p.value("rank", 0) == 0 && p.value("attempt", 0) == job["attempt"].get<int>()) {
+      steps.insert(std::stoll(p["step"].get<std::string>()));
+    }
+  }
+  EXPECT_EQ(steps.size() > 0 ? *steps.rbegin() : 0, kSteps);
+  if (job["attempt"] == 1) {
+    // The rank survived the coordinator: every step reported, none lost.
+    EXPECT_EQ(static_cast<int>(steps.size()), kSteps);
+  }
+  ExpectNoRankProcess(before);
+}
+
+TEST_F(ControlPlaneTest, MalformedSpecsAndUnknownIdsGetClearErrors) {
+  Coordinator& c = *coordinator_;
+  auto bad_value =
+      c.Adctl({"submit", c.WriteSpec("bad", TinySpec(4) + ""), "--set", "train.lr=-1"});
+  EXPECT_EQ(bad_value.exit_code, 2);
+  EXPECT_NE(bad_value.err.find("train.lr"), std::string::npos) << bad_value.err;
+  auto unknown_key = c.Adctl({"submit", c.WriteSpec("typo",
+                                                    "name: x\nmodel: {preset: tiny}\n"
+                                                    "train: {max_stepz: 3}\n")});
+  EXPECT_EQ(unknown_key.exit_code, 2);
+  EXPECT_NE(unknown_key.err.find("max_stepz"), std::string::npos) << unknown_key.err;
+  auto not_yaml = c.Adctl({"submit", c.WriteSpec("broken", "name: [unclosed\n")});
+  EXPECT_EQ(not_yaml.exit_code, 2) << not_yaml.err;
+  auto too_big = c.Adctl({"submit", c.WriteSpec("big", TinySpec(4, 0, /*gpus=*/8))});
+  EXPECT_EQ(too_big.exit_code, 2);
+  EXPECT_NE(too_big.err.find("resources.gpus"), std::string::npos) << too_big.err;
+  auto missing_file = c.Adctl({"submit", c.dir() + "/nope.yaml"});
+  EXPECT_EQ(missing_file.exit_code, 2);
+  for (const std::vector<std::string>& verb : std::vector<std::vector<std::string>>{
+           {"describe"}, {"cancel"}, {"pause"}, {"resume"}, {"wait"}, {"logs"}, {"ckpt", "ls"}}) {
+    std::vector<std::string> args = verb;
+    args.push_back("j-nope");
+    auto r = c.Adctl(args);
+    EXPECT_EQ(r.exit_code, 2) << verb[0];
+    EXPECT_NE(r.err.find("job j-nope: not found"), std::string::npos) << verb[0] << ": " << r.err;
+  }
+  EXPECT_TRUE(c.AdctlJson({"ls"})["jobs"].empty());  // nothing was created
+}
+
+TEST_F(ControlPlaneTest, WaitExitCodesAndWhyAJobWaits) {
+  Coordinator& c = *coordinator_;
+  // One slot busy, so a 2-rank job stays QUEUED and says why.
+  std::string blocker = c.Submit(c.WriteSpec("blocker", TinySpec(100000)));
+  c.WaitState(blocker, "RUNNING", 120);
+  std::string queued = c.Submit(c.WriteSpec("queued", TinySpec(2, 0, /*gpus=*/2)));
+  auto q = c.WaitUntil(
+      queued, [](const nlohmann::json& j) { return !j.value("wait_reason", "").empty(); }, 10,
+      "a wait reason");
+  EXPECT_EQ(q["wait_reason"], "waiting for 2 CPU slots: 1 free, in use by " + blocker);
+  CommandResult describe = c.Adctl({"describe", queued});
+  EXPECT_NE(describe.out.find("Waiting:    waiting for 2 CPU slots"), std::string::npos)
+      << describe.out;
+  EXPECT_EQ(c.Adctl({"wait", queued, "--timeout", "1"}).exit_code, 4);
+  EXPECT_EQ(c.Adctl({"cancel", queued}).exit_code, 0);
+  EXPECT_EQ(c.Adctl({"wait", queued}).exit_code, 3);
+  EXPECT_EQ(c.Adctl({"cancel", blocker, "--force"}).exit_code, 0);
+  EXPECT_EQ(c.Adctl({"wait", blocker, "--timeout", "30"}).exit_code, 3);
+  CommandResult unreachable = c.Adctl({"--server", "127.0.0.1:1", "wait", blocker});
+  EXPECT_EQ(unreachable.exit_code, 5) << unreachable.err;
+  EXPECT_NE(unreachable.err.find("cannot reach adctld"), std::string::npos);
+}
+
+TEST_F(ControlPlaneTest, TwoCpuRanksTrainDataParallel) {
+  Coordinator& c = *coordinator_;
+  std::string id = c.Submit(c.WriteSpec("dp", TinySpec(6, 0, /*gpus=*/2)));
+  CommandResult w = c.Adctl({"wait", id, "--timeout", "240"});
+  auto job = c.Describe(id);
+  if (w.exit_code != 0) {
+    CommandResult log = c.Adctl({"logs", id, "--rank", "0"});
+    if (log.out.find("built without Gloo") != std::string::npos) {
+      GTEST_SKIP() << "this adworker has no Gloo communicator";
+    }
+  }
+  ASSERT_EQ(w.exit_code, 0) << job.dump(2);
+  EXPECT_EQ(Step(job), 6);
+  EXPECT_EQ(job["ranks"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace adctl::testing

@@ -1,0 +1,195 @@
+#include "tests/integration/harness.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "server/launcher/process.h"
+
+namespace adctl::testing {
+
+namespace fs = std::filesystem;
+
+std::string AdctldPath() { return ADCTL_TEST_ADCTLD; }
+std::string AdctlPath() { return ADCTL_TEST_ADCTL; }
+std::string AdworkerPath() {
+  // An override lets a developer point at an adworker built elsewhere.
+  if (const char* env = getenv("ADCTL_TEST_ADWORKER"); env && *env) return env;
+  return ADCTL_TEST_ADWORKER;
+}
+
+bool PidAlive(int pid) { return pid > 0 && ProcessAlive(pid, 0); }
+bool GroupAlive(int pgid) { return pgid > 1 && ProcessGroupExists(pgid); }
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+Coordinator::Coordinator(int cpu_slots) : cpu_slots_(cpu_slots) {
+  char tmpl[] = "/tmp/adctl-it-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
+  dir_ = tmpl;
+}
+
+Coordinator::~Coordinator() {
+  if (pid_ > 0) {
+    // Leave nothing behind: cancel every non-terminal job, then stop adctld.
+    auto jobs = Adctl({"-o", "json", "ls"});
+    if (jobs.exit_code == 0) {
+      auto j = nlohmann::json::parse(jobs.out, nullptr, false);
+      if (j.is_object() && j.contains("jobs")) {
+        for (const auto& job : j["jobs"]) {
+          std::string state = job.value("state", "");
+          if (state != "JOB_STATE_SUCCEEDED" && state != "JOB_STATE_FAILED" &&
+              state != "JOB_STATE_CANCELLED") {
+            Adctl({"cancel", job["id"].get<std::string>(), "--force"});
+            Adctl({"wait", job["id"].get<std::string>(), "--timeout", "20"});
+          }
+        }
+      }
+    }
+    Stop();
+  }
+  if (!getenv("ADCTL_TEST_KEEP")) fs::remove_all(dir_);
+}
+
+void Coordinator::Start() {
+  fs::remove(dir_ + "/data/adctld.json");
+  fs::create_directories(dir_ + "/data");
+  pid_ = fork();
+  if (pid_ == 0) {
+    std::string log = dir_ + "/adctld.log";
+    FILE* f = freopen(log.c_str(), "a", stderr);
+    (void)f;
+    dup2(2, 1);
+    std::string slots = std::to_string(cpu_slots_);
+    std::string data = dir_ + "/data";
+    std::string worker = AdworkerPath();
+    // A restart reuses the addresses: ranks that outlived adctld dial the same one.
+    std::string listen = grpc_.empty() ? "127.0.0.1:0" : grpc_;
+    std::string http = http_.empty() ? "127.0.0.1:0" : http_;
+    execl(AdctldPath().c_str(), "adctld", "--data-dir", data.c_str(), "--listen", listen.c_str(),
+          "--http", http.c_str(), "--cpu-slots", slots.c_str(), "--worker-binary", worker.c_str(),
+          "--restart-backoff", "0.2", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream in(dir_ + "/data/adctld.json");
+    if (in) {
+      auto info = nlohmann::json::parse(in, nullptr, false);
+      if (info.is_object() && info.value("pid", 0) == pid_) {
+        grpc_ = info["grpc"];
+        http_ = info["http"];
+        if (Adctl({"gpus"}).exit_code == 0) return;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FAIL() << "adctld did not start; log:\n" << ReadFile(dir_ + "/adctld.log");
+}
+
+void Coordinator::Kill9() {
+  ASSERT_GT(pid_, 0);
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = 0;
+}
+
+void Coordinator::Stop() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = 0;
+}
+
+CommandResult Coordinator::Adctl(const std::vector<std::string>& args) const {
+  static int counter = 0;
+  const std::string base =
+      dir_ + "/cmd-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
+  std::string cmd = ShellQuote(AdctlPath());
+  if (std::find(args.begin(), args.end(), "--server") == args.end()) {
+    cmd += " --server " + ShellQuote(grpc_);
+  }
+  for (const auto& a : args) cmd += " " + ShellQuote(a);
+  cmd += " > " + base + ".out 2> " + base + ".err";
+  int status = system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadFile(base + ".out");
+  r.err = ReadFile(base + ".err");
+  fs::remove(base + ".out");
+  fs::remove(base + ".err");
+  return r;
+}
+
+nlohmann::json Coordinator::AdctlJson(const std::vector<std::string>& args) const {
+  std::vector<std::string> full = {"-o", "json"};
+  full.insert(full.end(), args.begin(), args.end());
+  CommandResult r = Adctl(full);
+  EXPECT_EQ(r.exit_code, 0) << "adctl failed: " << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return j;
+}
+
+std::string Coordinator::WriteSpec(const std::string& name, const std::string& yaml) const {
+  std::string path = dir_ + "/" + name + ".yaml";
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+std::string Coordinator::Submit(const std::string& spec_path,
+                                const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"submit", spec_path};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto j = AdctlJson(args);
+  return j["job"]["id"].get<std::string>();
+}
+
+nlohmann::json Coordinator::Describe(const std::string& id) const {
+  return AdctlJson({"describe", id});
+}
+
+nlohmann::json Coordinator::WaitState(const std::string& id, const std::string& state,
+                                      double seconds) const {
+  return WaitUntil(
+      id, [&](const nlohmann::json& j) { return j.value("state", "") == "JOB_STATE_" + state; },
+      seconds, state);
+}
+
+std::string Coordinator::HttpGet(const std::string& path) const {
+  httplib::Client client("http://" + http_);
+  auto res = client.Get(path.c_str());
+  if (!res || res->status != 200) return "";
+  return res->body;
+}
+
+}  // namespace adctl::testing

@@ -1,0 +1,80 @@
+// Integration-test harness: a real adctld on a temporary directory and free ports, driven by
+// the real adctl binary, launching the real adworker. Nothing here is a test double.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace adctl::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class Coordinator {
+ public:
+  // `cpu_slots` ranks can run at once.
+  explicit Coordinator(int cpu_slots = 2);
+  ~Coordinator();  // stops adctld, cancels what still runs, removes the directory
+
+  void Start();  // waits until adctld answers
+  void Kill9();  // SIGKILL adctld (its ranks keep running)
+  void Stop();   // SIGTERM adctld
+
+  // Runs `adctl --server <addr> <args>`.
+  CommandResult Adctl(const std::vector<std::string>& args) const;
+  // `adctl -o json <args>`; fails the test on a non-zero exit.
+  nlohmann::json AdctlJson(const std::vector<std::string>& args) const;
+  // Writes a spec file under the temp dir and returns its path.
+  std::string WriteSpec(const std::string& name, const std::string& yaml) const;
+  // Submits and returns the job id.
+  std::string Submit(const std::string& spec_path, const std::vector<std::string>& extra = {});
+  nlohmann::json Describe(const std::string& id) const;
+  // Polls until `pred(job)` holds; fails the test with the last job JSON after `seconds`.
+  template <typename Pred>
+  nlohmann::json WaitUntil(const std::string& id, Pred pred, double seconds,
+                           const std::string& what) const;
+  nlohmann::json WaitState(const std::string& id, const std::string& state, double seconds) const;
+  std::string HttpGet(const std::string& path) const;
+
+  const std::string& dir() const { return dir_; }
+  const std::string& grpc_address() const { return grpc_; }
+
+ private:
+  std::string dir_;
+  int cpu_slots_;
+  pid_t pid_ = 0;
+  std::string grpc_;
+  std::string http_;
+};
+
+// Paths of the binaries under test (set by CMake).
+std::string AdctldPath();
+std::string AdctlPath();
+std::string AdworkerPath();
+// True when some live (non-zombie) process has this pid or is in this process group.
+bool PidAlive(int pid);
+bool GroupAlive(int pgid);
+
+template <typename Pred>
+nlohmann::json Coordinator::WaitUntil(const std::string& id, Pred pred, double seconds,
+                                      const std::string& what) const {
+  nlohmann::json job;
+  for (int i = 0; i < static_cast<int>(seconds * 10); ++i) {
+    job = Describe(id);
+    if (pred(job)) return job;
+    usleep(100 * 1000);
+  }
+  ADD_FAILURE() << id << ": timed out after " << seconds << " s waiting for " << what
+                << "; last seen: " << job.dump(2);
+  return job;
+}
+
+}  // namespace adctl::testing
