@@ -119,10 +119,17 @@ int Train(const TrainArgs& a) {
 
   std::vector<std::unique_ptr<Reporter>> sinks;
   sinks.push_back(MakeLogReporter(o.rank));
-  if (!a.metrics_out.empty()) {
-    auto jsonl = std::make_unique<JsonlReporter>(a.metrics_out);
+  std::string metrics_out = a.metrics_out;
+  const std::string metrics_dir = EnvOr("ADWORKER_METRICS_DIR", "");
+  if (metrics_out.empty() && !metrics_dir.empty()) {
+    // Set in adctld's environment, it reaches every rank it launches (benchmarks read it).
+    metrics_out = metrics_dir + "/" + EnvOr("ADCTL_JOB_ID", "local") + "-attempt-" +
+                  std::to_string(o.attempt) + "-rank-" + std::to_string(o.rank) + ".jsonl";
+  }
+  if (!metrics_out.empty()) {
+    auto jsonl = std::make_unique<JsonlReporter>(metrics_out);
     if (!jsonl->ok()) {
-      spdlog::error("--metrics-out {}: cannot open for writing", a.metrics_out);
+      spdlog::error("--metrics-out {}: cannot open for writing", metrics_out);
       return kExitBadSpec;
     }
     sinks.push_back(std::move(jsonl));
@@ -216,7 +223,8 @@ int main(int argc, char** argv) {
                     "adctld address host:port (env ADCTL_COORDINATOR)");
   train->add_option("--job-id", ta.job_id, "job id (env ADCTL_JOB_ID)");
   train->add_option("--metrics-out", ta.metrics_out,
-                    "append each step as a JSON line to this file");
+                    "append each step as a JSON line to this file (default: "
+                    "$ADWORKER_METRICS_DIR/<job>-attempt-<a>-rank-<r>.jsonl when that is set)");
 
   std::string unet2d, adapter, unet_motion, io_in, io_out;
   auto* parity = app.add_subcommand("check-parity", "Forward/backward of a model on given inputs");

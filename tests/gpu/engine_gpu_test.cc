@@ -14,7 +14,12 @@ namespace adctl {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kFixtures = std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny";
+// ADCTL_SHARED_DIR in the environment overrides the build's ../shared (the GPU machine gets a
+// copy of the fixtures carried inside the checkout).
+const std::string kFixtures =
+    std::string(std::getenv("ADCTL_SHARED_DIR") ? std::getenv("ADCTL_SHARED_DIR")
+                                                : ADCTL_SHARED_DIR) +
+    "/fixtures/diffusers-tiny";
 
 double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out.cpu() - ref).norm() / ref.norm()).item<double>();
