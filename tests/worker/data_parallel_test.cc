@@ -118,7 +118,18 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
           .string());
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  for (const auto& [k, t] : *a) EXPECT_TRUE(torch::allclose(t, b->at(k), 1e-4, 1e-6)) << k;
+  double worst = 0;
+  std::string worst_key;
+  for (const auto& [k, t] : *a) {
+    const double d = (t - b->at(k)).abs().max().item<double>();
+    if (d > worst) {
+      worst = d;
+      worst_key = k;
+    }
+  }
+  // A tenth of one AdamW step (lr 1e-3): Adam's m/√v normalisation magnifies the float rounding
+  // of near-zero gradients summed in another order, so bitwise equality is not expected.
+  EXPECT_LT(worst, 1e-4) << worst_key;
 }
 
 TEST_F(DataParallelTest, ARankThatNeverComesFailsTheRendezvousInTime) {
