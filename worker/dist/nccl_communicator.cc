@@ -130,7 +130,8 @@ class NcclCommunicator final : public Communicator {
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
                                              static_cast<c10::DeviceIndex>(device))),
         health_(std::make_shared<Health>()),
-        watchdog_([this] { Watch(); }) {}
+        poller_([this] { PollLoop(); }),
+        monitor_([this] { MonitorLoop(); }) {}
 
   ~NcclCommunicator() override {
     {
@@ -138,7 +139,8 @@ class NcclCommunicator final : public Communicator {
       stopping_ = true;
     }
     pending_cv_.notify_all();
-    watchdog_.join();
+    poller_.join();
+    monitor_.join();
     if (health_->failed.load()) {
       ncclCommAbort(comm_);
       return;
@@ -199,7 +201,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   struct Pending {
-    std::shared_ptr<cuda::Event> done;
+    std::shared_ptr<cuda::Event> done;  // null until the NCCL call returned
     Clock::time_point launched;
     uint64_t sequence = 0;
     const char* operation = "";
@@ -225,6 +227,8 @@ class NcclCommunicator final : public Communicator {
     // The collective starts after everything queued so far on the caller's stream.
     ADCTL_CUDA_CHECK(cudaEventRecord(ready_.get(), current));
     ADCTL_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready_.get(), 0));
+    // Watched from before the NCCL call, in case the call itself never returns.
+    const uint64_t sequence = Watch(operation, t.numel() * static_cast<int64_t>(t.element_size()));
     const ncclResult_t result = AwaitNccl(comm_, call(stream_.stream()), Clock::now() + timeout_);
     if (result != ncclSuccess) {
       const std::string why =
@@ -240,36 +244,55 @@ class NcclCommunicator final : public Communicator {
     ADCTL_CUDA_CHECK(cudaEventRecord(done->get(), stream_.stream()));
     {
       std::lock_guard<std::mutex> pending_lock(pending_mu_);
-      pending_.push_back(Pending{done, Clock::now(), next_sequence_++, operation,
-                                 t.numel() * static_cast<int64_t>(t.element_size())});
+      for (Pending& pending : pending_) {
+        if (pending.sequence == sequence) pending.done = done;
+      }
     }
     if (done_out) *done_out = done;
     return std::make_shared<NcclWork>(health_, std::move(done), device_);
   }
 
-  // The watchdog: see the file comment of nccl_communicator.h.
-  void Watch() {
+  // Registers a collective with the watchdog; returns its sequence number.
+  uint64_t Watch(const char* operation, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending_.push_back(Pending{nullptr, Clock::now(), next_sequence_, operation, bytes});
+    return next_sequence_++;
+  }
+
+  // Watchdog, part 1: retires finished collectives and watches for NCCL's asynchronous errors.
+  // Its CUDA calls can block for as long as another thread sits in the driver (a kernel launch
+  // behind a stuck NCCL kernel does), so it never holds pending_mu_ while calling CUDA, and the
+  // timeout is decided by MonitorLoop, which makes no CUDA calls at all.
+  void PollLoop() {
     ADCTL_CUDA_CHECK(cudaSetDevice(device_));
-    std::unique_lock<std::mutex> lock(pending_mu_);
-    while (!stopping_) {
-      pending_cv_.wait_for(lock, std::chrono::milliseconds(100));
-      while (!pending_.empty()) {
-        const cudaError_t state = cudaEventQuery(pending_.front().done->get());
+    bool pause = true;
+    while (true) {
+      std::shared_ptr<cuda::Event> oldest;
+      {
+        std::unique_lock<std::mutex> lock(pending_mu_);
+        if (pause) pending_cv_.wait_for(lock, std::chrono::milliseconds(100));
+        if (stopping_) return;
+        if (!pending_.empty()) oldest = pending_.front().done;
+      }
+      pause = true;
+      // From here on unlocked: every CUDA call below, event destruction included.
+      if (oldest) {
+        const cudaError_t state = cudaEventQuery(oldest->get());
         if (state == cudaSuccess) {
-          pending_.pop_front();
+          Pending retired;
+          {
+            std::lock_guard<std::mutex> lock(pending_mu_);
+            if (!pending_.empty() && pending_.front().done == oldest) {
+              retired = std::move(pending_.front());
+              pending_.pop_front();
+            }
+          }
+          pause = false;  // look at the next one at once
           continue;
         }
         if (state != cudaErrorNotReady) {
           cuda::DieOnCudaError(state, "cudaEventQuery (nccl watchdog)", __FILE__, __LINE__);
         }
-        const Pending& oldest = pending_.front();
-        if (Clock::now() - oldest.launched > timeout_) {
-          Abort(std::string(oldest.operation) + " #" + std::to_string(oldest.sequence) + " (" +
-                std::to_string(oldest.bytes) + " bytes) did not finish within " +
-                std::to_string(timeout_.count() / 1000.0) +
-                " s: a peer rank died or stopped calling collectives");
-        }
-        break;  // collectives finish in order: the rest is younger
       }
       ncclResult_t async_error = ncclSuccess;
       const ncclResult_t query = ncclCommGetAsyncError(comm_, &async_error);
@@ -281,15 +304,44 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // Watchdog, part 2: ends the process when the oldest unfinished collective is older than the
+  // operation timeout. Timestamps only, no CUDA calls, so nothing can keep it from firing.
+  void MonitorLoop() {
+    std::unique_lock<std::mutex> lock(pending_mu_);
+    while (!stopping_) {
+      pending_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (pending_.empty()) continue;
+      const Pending& oldest = pending_.front();
+      if (Clock::now() - oldest.launched > timeout_) {
+        const std::string why = std::string(oldest.operation) + " #" +
+                                std::to_string(oldest.sequence) + " (" +
+                                std::to_string(oldest.bytes) + " bytes) did not finish within " +
+                                std::to_string(timeout_.count() / 1000.0) +
+                                " s: a peer rank died or stopped calling collectives";
+        lock.unlock();
+        Abort(why);
+      }
+    }
+  }
+
+  // Says why, then aborts the communicator (bounded: ncclCommAbort itself can hang on a wedged
+  // device) and ends the process.
   [[noreturn]] void Abort(const std::string& why) {
     const std::string message = "nccl watchdog, rank " + std::to_string(rank_) + " of " +
                                 std::to_string(world_size_) + ": " + why +
                                 "; aborting the communicator and exiting with code " +
                                 std::to_string(kExitTransient);
-    health_->Fail(message);
     std::fprintf(stderr, "%s\n", message.c_str());
     std::fflush(stderr);
-    ncclCommAbort(comm_);
+    health_->Fail(message);
+    auto aborted = std::make_shared<std::atomic<bool>>(false);
+    std::thread([comm = comm_, aborted] {
+      ncclCommAbort(comm);
+      aborted->store(true);
+    }).detach();
+    for (int i = 0; i < 100 && !aborted->load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     std::_Exit(kExitTransient);
   }
 
@@ -311,7 +363,9 @@ class NcclCommunicator final : public Communicator {
   uint64_t next_sequence_ = 0;   // guarded by pending_mu_
   bool stopping_ = false;        // guarded by pending_mu_
 
-  std::thread watchdog_;  // last: starts after every member above exists
+  // Last: they start after every member above exists.
+  std::thread poller_;   // PollLoop
+  std::thread monitor_;  // MonitorLoop
 };
 
 }  // namespace

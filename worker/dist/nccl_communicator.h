@@ -8,9 +8,11 @@
 // collective may still read it.
 //
 // The communicator is non-blocking (ncclConfig_t.blocking = 0), so initialisation can be
-// bounded and aborted. A watchdog thread checks every 100 ms that each collective finished within
-// the operation timeout and that NCCL reports no asynchronous error; otherwise it prints what
-// was stuck, aborts the communicator and ends the process with kExitTransient (76).
+// bounded and aborted. Two watchdog threads check every 100 ms that each collective finished
+// within the operation timeout (one retires finished collectives through CUDA events, the other
+// compares timestamps only, since CUDA calls can block behind a stuck NCCL kernel) and that NCCL
+// reports no asynchronous error; otherwise they print what was stuck, abort the communicator
+// (bounded: 10 s) and end the process with kExitTransient (76).
 // Thread-safe: collectives are launched under a mutex, in call order.
 #pragma once
 

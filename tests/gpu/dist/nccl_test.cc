@@ -159,7 +159,8 @@ ADCTL_RANK_ROLE(nccl_tiny_training) {
   return 0;
 }
 
-void ExpectTwoGpusEqualOneGpu(test::TinyTrainingConfig config, double weight_tolerance) {
+void ExpectTwoGpusEqualOneGpu(test::TinyTrainingConfig config, double loss_tolerance,
+                              double weight_tolerance) {
   const std::string dir = test::MakeTempDir("nccl");
   const auto ranks = test::RunRanks("nccl_tiny_training", 2, dir, seconds(180), {}, config.ToEnv());
   for (const auto& o : ranks) ASSERT_EQ(o.exit_code, 0) << test::Describe(ranks);
@@ -177,7 +178,8 @@ void ExpectTwoGpusEqualOneGpu(test::TinyTrainingConfig config, double weight_tol
     const auto got = test::TinyTrainingResult::Load(dir + "/result-" + std::to_string(r) + ".pt");
     ASSERT_EQ(got.losses.size(), expected.losses.size());
     for (size_t s = 0; s < got.losses.size(); ++s) {
-      EXPECT_NEAR(got.losses[s], expected.losses[s], 1e-5) << "rank " << r << " step " << s;
+      EXPECT_NEAR(got.losses[s], expected.losses[s], loss_tolerance)
+          << "rank " << r << " step " << s;
     }
     EXPECT_LE(test::MaxParameterDifference(got.params, expected.params), weight_tolerance);
     EXPECT_EQ(got.buckets_launched_during_backward,
@@ -192,7 +194,7 @@ TEST(NcclGradientReducerTest, TwoGpusSgdEqualOneGpuWithDoubleBatch) {
   config.reducer.bucket_cap_mb = 1024.0 / (1 << 20);
   config.reducer.first_bucket_mb = 256.0 / (1 << 20);
   config.accumulation = 2;
-  ExpectTwoGpusEqualOneGpu(config, 1e-5);
+  ExpectTwoGpusEqualOneGpu(config, 1e-5, 1e-5);
 }
 
 TEST(NcclGradientReducerTest, TwoGpusAdamWWithBf16BucketsStayCloseToOneGpu) {
@@ -203,7 +205,7 @@ TEST(NcclGradientReducerTest, TwoGpusAdamWWithBf16BucketsStayCloseToOneGpu) {
   config.reducer.bucket_cap_mb = 1024.0 / (1 << 20);
   config.reducer.first_bucket_mb = 256.0 / (1 << 20);
   config.reducer.bf16_buckets = true;
-  ExpectTwoGpusEqualOneGpu(config, 0.05);
+  ExpectTwoGpusEqualOneGpu(config, 1e-3, 0.05);  // bf16: see the CPU test
 }
 
 // Overlap on a model large enough for it to matter: 24 Linear(4096, 4096) layers (403 M
