@@ -91,6 +91,8 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   // Reconnect quickly after an adctld restart.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
   auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   std::unique_ptr<CoordinatorClient> client(
       new CoordinatorClient(channel, job_id, attempt, rank, token));
