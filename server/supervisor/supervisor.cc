@@ -163,18 +163,12 @@ Result<std::pair<JobRecord, bool>> Supervisor::Submit(const SubmitRequest& reque
     if (!existing.ok()) return existing.status();
     if (existing->has_value()) {
       const JobRecord& job = **existing;
-      if (job.spec_yaml == yaml || job.attempt > 0 || job.state != JobState::kQueued) {
-        // Same request retried (or the job already moved on: its first spec is what counts).
-        if (job.spec_yaml != yaml && job.attempt == 0) {
-          return Status(StatusCode::kAlreadyExists, "submission id " + request.submission_id +
-                                                        " was used for job " + job.id +
-                                                        " with a different spec");
-        }
-        return std::make_pair(job, false);
+      if (job.spec_yaml != yaml) {
+        return Status(StatusCode::kAlreadyExists, "submission id " + request.submission_id +
+                                                      " was used for job " + job.id +
+                                                      " with a different spec");
       }
-      return Status(StatusCode::kAlreadyExists, "submission id " + request.submission_id +
-                                                    " was used for job " + job.id +
-                                                    " with a different spec");
+      return std::make_pair(job, false);  // the same request, retried
     }
   }
 
