@@ -162,5 +162,38 @@ TEST_F(DataParallelTest, ARankDyingMidRunEndsThePeerCleanly) {
   EXPECT_TRUE(rc == kExitTransient || rc == kExitCrash) << "rank 0 exit " << rc;
 }
 
+TEST_F(DataParallelTest, CheckParityWritesPredictionLossAndGradients) {
+  const std::string fixtures = std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny";
+  const std::string out = (root_ / "parity.safetensors").string();
+  const pid_t pid = Spawn({ADWORKER, "check-parity", "--unet2d", fixtures + "/unet2d",
+                           "--motion-adapter", fixtures + "/motion_adapter", "--io",
+                           fixtures + "/unet_motion_io.safetensors", "--out", out},
+                          Log("parity"));
+  ASSERT_EQ(WaitFor(pid, std::chrono::seconds(120)), kExitOk);
+  auto got = ReadTensorFile(out);
+  auto io = ReadTensorFile(fixtures + "/unet_motion_io.safetensors");
+  auto grads = ReadTensorFile(fixtures + "/unet_motion_grads.safetensors");
+  ASSERT_TRUE(got.ok() && io.ok() && grads.ok());
+  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a - b).norm() / b.norm()).item<double>();
+  };
+  EXPECT_LT(rel(got->at("pred"), io->at("pred")), 1e-4);
+  EXPECT_NEAR(got->at("loss").item<double>(), io->at("loss").item<double>(), 1e-5);
+  EXPECT_EQ(got->size(), grads->size() + 2);
+  for (const auto& [name, g] : *grads) EXPECT_LT(rel(got->at(name), g), 1e-3) << name;
+
+  // A missing input tensor is a clear error, not a crash.
+  ASSERT_TRUE(
+      WriteTensorFile((root_ / "bad.safetensors").string(), {{"sample", io->at("sample")}}).ok());
+  const pid_t bad = Spawn(
+      {ADWORKER, "check-parity", "--unet2d", fixtures + "/unet2d", "--motion-adapter",
+       fixtures + "/motion_adapter", "--io", (root_ / "bad.safetensors").string(), "--out", out},
+      Log("bad"));
+  EXPECT_EQ(WaitFor(bad, std::chrono::seconds(120)), kExitDataError);
+  std::ifstream log(Log("bad"));
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("missing tensor 'timesteps'"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace adctl
