@@ -180,7 +180,7 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
        "model.motion_norm: must be one of 'auto', 'across_frames', 'per_frame', got 'group'"},
       {{"model.preset_layout=v4"},
        "model.preset_layout: must be one of 'v1', 'v2', 'v3', got 'v4'"},
-      {{"model.preset=huge"}, "model.preset: must be one of '', 'tiny', got 'huge'"},
+      {{"model.preset=huge"}, "model.preset: must be one of '', 'tiny', 'sd15', got 'huge'"},
       {{"model.preset="}, "model: give a preset"},
       {{"model.unet2d=/m"}, "model.preset: 'tiny' cannot be combined"},
       {{"model.preset=", "model.unet2d=/a", "model.unet_motion=/b"},

@@ -119,7 +119,12 @@ class Run {
           static_cast<int64_t>(spec_.resources.rendezvous_timeout_seconds * 1000));
       auto comm = MakeCommunicator(device_.is_cuda() ? "nccl" : "gloo", store, o_.rank,
                                    o_.world_size, timeout);
-      if (!comm.ok()) return Failure{kExitTransient, "rendezvous: " + comm.status().ToString()};
+      if (!comm.ok()) {
+        // A build without the backend is a configuration error, not worth a retry.
+        const int code = comm.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec
+                                                                              : kExitTransient;
+        return Failure{code, "rendezvous: " + comm.status().ToString()};
+      }
       comm_ = std::move(*comm);
       ReducerOptions ro;
       ro.bucket_cap_mb = spec_.train.bucket_cap_mb;
