@@ -5,7 +5,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
 #include "server/grpc/convert.h"
-#include "server/grpc/status_convert.h"
+#include "proto/grpc_status.h"
 
 namespace adctl {
 

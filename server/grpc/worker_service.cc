@@ -2,7 +2,7 @@
 
 #include "server/grpc/convert.h"
 #include "server/grpc/job_service.h"
-#include "server/grpc/status_convert.h"
+#include "proto/grpc_status.h"
 
 namespace adctl {
 

@@ -5,7 +5,7 @@
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "server/grpc/job_service.h"
-#include "server/grpc/status_convert.h"
+#include "proto/grpc_status.h"
 #include "server/supervisor/supervisor.h"
 
 namespace adctl {

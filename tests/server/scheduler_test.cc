@@ -44,7 +44,9 @@ TEST(SchedulerTest, CpuSlotsAndNvmlProbe) {
   EXPECT_EQ(slots[1].kind, "cpu");
   // Without a driver the probe fails cleanly; with one it lists GPUs. Either way no crash.
   auto gpus = ProbeNvml();
-  if (!gpus.ok()) EXPECT_EQ(gpus.status().code(), StatusCode::kUnavailable);
+  if (!gpus.ok()) {
+    EXPECT_EQ(gpus.status().code(), StatusCode::kUnavailable);
+  }
 }
 
 }  // namespace

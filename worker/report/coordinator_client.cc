@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "proto/grpc_status.h"
+
 namespace adctl {
 
 namespace {
@@ -14,36 +16,6 @@ constexpr size_t kMaxQueuedEvents = 1000;
 
 double NowUnix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-Status FromGrpc(const grpc::Status& st) {
-  StatusCode code = StatusCode::kInternal;
-  switch (st.error_code()) {
-    case grpc::StatusCode::OK:
-      return Status::Ok();
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      code = StatusCode::kInvalidArgument;
-      break;
-    case grpc::StatusCode::NOT_FOUND:
-      code = StatusCode::kNotFound;
-      break;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      code = StatusCode::kFailedPrecondition;
-      break;
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::UNAUTHENTICATED:
-      code = StatusCode::kPermissionDenied;
-      break;
-    case grpc::StatusCode::UNAVAILABLE:
-      code = StatusCode::kUnavailable;
-      break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      code = StatusCode::kDeadlineExceeded;
-      break;
-    default:
-      break;
-  }
-  return Status(code, st.error_message());
 }
 
 bool Retryable(const grpc::Status& st) {
@@ -117,7 +89,7 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
       break;
     }
     if (!Retryable(st) || std::chrono::steady_clock::now() >= deadline) {
-      Status s = FromGrpc(st);
+      Status s = FromGrpcStatus(st);
       return Status(s.code(), "register rank " + std::to_string(rank) + " of job " + job_id +
                                   " attempt " + std::to_string(attempt) + " with adctld at " +
                                   address + ": " + s.message());
@@ -340,7 +312,7 @@ Status CoordinatorClient::Set(const std::string& key, const std::string& value) 
     grpc::Status st = stub_->KvSet(ctx.get(), req, &resp);
     if (st.ok()) return Status::Ok();
     if (!Retryable(st) || std::chrono::steady_clock::now() >= deadline) {
-      Status s = FromGrpc(st);
+      Status s = FromGrpcStatus(st);
       return Status(s.code(), "rendezvous set '" + key + "': " + s.message());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -366,7 +338,7 @@ Result<std::string> CoordinatorClient::Get(const std::string& key,
       continue;  // server-side wait ended; ask again until our own deadline
     }
     if (!Retryable(st)) {
-      Status s = FromGrpc(st);
+      Status s = FromGrpcStatus(st);
       return Status(s.code(), "rendezvous get '" + key + "': " + s.message());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -1,4 +1,4 @@
-#include "server/grpc/status_convert.h"
+#include "proto/grpc_status.h"
 
 namespace adctl {
 
