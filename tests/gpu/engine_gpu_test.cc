@@ -1,7 +1,10 @@
 // The training engine on a GPU (label gpu; skipped without one): fp32 parity with the
 // diffusers fixtures on CUDA, and bf16 training of the tiny preset with checkpoints.
+#include <execinfo.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 
 #include "common/checkpoint_dir.h"
@@ -14,6 +17,22 @@ namespace adctl {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A crash on the GPU machine should leave a stack behind (the test runs where no debugger is).
+void PrintStackAndDie(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "engine_gpu_test: fatal signal, stack:\n";
+  (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+const bool kStackOnCrash = [] {
+  std::signal(SIGSEGV, PrintStackAndDie);
+  std::signal(SIGABRT, PrintStackAndDie);
+  return true;
+}();
 // ADCTL_SHARED_DIR in the environment overrides the build's ../shared (the GPU machine gets a
 // copy of the fixtures carried inside the checkout).
 const std::string kFixtures =
