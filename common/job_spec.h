@@ -18,11 +18,11 @@ struct ModelSpec {
   // Either a preset ("tiny": random init, small channels, written in diffusers format into the
   // job directory) or paths. With paths: `unet2d` + optional `motion_adapter` (absent: new
   // motion modules, proj_out zero-initialised), or `unet_motion` (combined directory).
-  std::string preset;               // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
-  std::string unet2d;               // diffusers UNet2DConditionModel directory
-  std::string motion_adapter;       // diffusers MotionAdapter directory
-  std::string unet_motion;          // diffusers UNetMotionModel directory
-  std::string motion_module_file;   // original AnimateDiff safetensors (optional, overrides adapter)
+  std::string preset;              // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
+  std::string unet2d;              // diffusers UNet2DConditionModel directory
+  std::string motion_adapter;      // diffusers MotionAdapter directory
+  std::string unet_motion;         // diffusers UNetMotionModel directory
+  std::string motion_module_file;  // original AnimateDiff safetensors (optional, overrides adapter)
   // Motion-module GroupNorm scope: "auto" (the loaded format's), "across_frames" (diffusers),
   // "per_frame" (original AnimateDiff).
   std::string motion_norm = "auto";
@@ -32,21 +32,21 @@ struct ModelSpec {
 };
 
 struct DataSpec {
-  std::string kind = "synthetic";   // "synthetic" | "latents"
-  std::string path;                 // latents: directory of *.safetensors shards
+  std::string kind = "synthetic";  // "synthetic" | "latents"
+  std::string path;                // latents: directory of *.safetensors shards
   // synthetic source: generated deterministically from `seed`.
   int64_t num_samples = 64;
   int64_t frames = 8;
-  int64_t height = 16;              // latent height
-  int64_t width = 16;               // latent width
-  int64_t text_len = 8;             // text tokens per clip
+  int64_t height = 16;   // latent height
+  int64_t width = 16;    // latent width
+  int64_t text_len = 8;  // text tokens per clip
   int64_t seed = 0;
 };
 
 struct TrainSpec {
-  int64_t max_steps = 20;           // optimizer steps
-  int64_t batch_size = 1;           // clips per rank per micro-step
-  int64_t grad_accum = 1;           // micro-steps per optimizer step
+  int64_t max_steps = 20;  // optimizer steps
+  int64_t batch_size = 1;  // clips per rank per micro-step
+  int64_t grad_accum = 1;  // micro-steps per optimizer step
   double lr = 1e-4;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -54,10 +54,10 @@ struct TrainSpec {
   double eps = 1e-8;
   std::string lr_schedule = "constant";  // "constant" | "cosine"
   int64_t warmup_steps = 0;
-  double max_grad_norm = 1.0;       // <= 0 disables clipping
+  double max_grad_norm = 1.0;  // <= 0 disables clipping
   int64_t seed = 42;
-  std::string precision = "auto";   // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16"
-  std::string beta_schedule = "linear";     // "linear" | "scaled_linear"
+  std::string precision = "auto";        // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16"
+  std::string beta_schedule = "linear";  // "linear" | "scaled_linear"
   double beta_start = 0.00085;
   double beta_end = 0.012;
   int64_t num_train_timesteps = 1000;
@@ -65,20 +65,20 @@ struct TrainSpec {
   int64_t log_every = 1;
   // Data-parallel gradient buckets (worker/dist).
   double bucket_cap_mb = 25;
-  std::string bucket_dtype = "fp32";        // "fp32" | "bf16"
+  std::string bucket_dtype = "fp32";  // "fp32" | "bf16"
 };
 
 struct CheckpointSpec {
-  std::string dir;                  // "" → <job dir>/checkpoints
-  int64_t every_steps = 10;         // 0: only at the end
+  std::string dir;           // "" → <job dir>/checkpoints
+  int64_t every_steps = 10;  // 0: only at the end
   int64_t keep_last = 3;
 };
 
 struct ResourceSpec {
-  int64_t gpus = 1;                 // ranks: GPUs, or CPU slots when the coordinator has no GPU
-  int64_t priority = 0;             // higher first; FIFO within a priority
-  int64_t max_restarts = 3;         // attempts after the first, for retryable exits only
-  double grace_seconds = 60;        // cancel/pause: SIGTERM → wait → SIGKILL
+  int64_t gpus = 1;           // ranks: GPUs, or CPU slots when the coordinator has no GPU
+  int64_t priority = 0;       // higher first; FIFO within a priority
+  int64_t max_restarts = 3;   // attempts after the first, for retryable exits only
+  double grace_seconds = 60;  // cancel/pause: SIGTERM → wait → SIGKILL
   double rendezvous_timeout_seconds = 120;
   double hang_timeout_seconds = 0;  // 0: off; no progress for this long fails the attempt
 };

@@ -4,8 +4,8 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
-#include "server/grpc/convert.h"
 #include "proto/grpc_status.h"
+#include "server/grpc/convert.h"
 
 namespace adctl {
 

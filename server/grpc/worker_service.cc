@@ -1,8 +1,8 @@
 #include "server/grpc/worker_service.h"
 
+#include "proto/grpc_status.h"
 #include "server/grpc/convert.h"
 #include "server/grpc/job_service.h"
-#include "proto/grpc_status.h"
 
 namespace adctl {
 

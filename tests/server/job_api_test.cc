@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "adctl/v1/job_service.grpc.pb.h"
-#include "server/grpc/job_service.h"
 #include "proto/grpc_status.h"
+#include "server/grpc/job_service.h"
 #include "server/supervisor/supervisor.h"
 
 namespace adctl {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "worker/model/weights.h"
 
@@ -55,6 +56,9 @@ ParityResult RunParity(UNet3D model) {
     }
   }
   EXPECT_EQ(r.grads, grads.size());
+  std::cout << "parity: pred rel. error " << r.pred_error << ", loss rel. error " << r.loss_error
+            << ", worst of " << r.grads << " gradients " << r.worst_grad_error << " ("
+            << r.worst_grad << ")\n";
   return r;
 }
 

@@ -121,8 +121,8 @@ class Run {
                                    o_.world_size, timeout);
       if (!comm.ok()) {
         // A build without the backend is a configuration error, not worth a retry.
-        const int code = comm.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec
-                                                                              : kExitTransient;
+        const int code =
+            comm.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec : kExitTransient;
         return Failure{code, "rendezvous: " + comm.status().ToString()};
       }
       comm_ = std::move(*comm);
