@@ -245,11 +245,16 @@ class Run {
       if (!retention.ok()) {
         reporter_.OnEvent(EventLevel::kWarning, "retention: " + retention.status().ToString());
       }
-      auto verified = VerifyCheckpoint(*path);
       CheckpointReport report;
       report.step = step_;
       report.path = *path;
-      report.size_bytes = verified.ok() ? verified->TotalBytes() : 0;
+      // Sizes from the listing (stat only): re-verifying would hash every file a second time.
+      auto listed = ListCheckpoints(checkpoint_root_);
+      if (listed.ok()) {
+        for (const auto& info : *listed) {
+          if (info.step == step_) report.size_bytes = info.bytes;
+        }
+      }
       report.save_seconds = Seconds(t0, Clock::now());
       reporter_.OnCheckpoint(report);
     }
@@ -284,7 +289,8 @@ class Run {
         return kExitPreempted;
       }
       const auto step_start = Clock::now();
-      double data_wait = 0, loss_sum = 0;
+      double data_wait = 0;
+      torch::Tensor loss_sum;  // on the device: one host sync per step, not per micro-step
       for (int64_t micro = 0; micro < accum; ++micro) {
         const auto d0 = Clock::now();
         auto batch = NextBatch();
@@ -294,20 +300,15 @@ class Run {
         auto loss =
             torch::mse_loss(pred.to(torch::kFloat), batch.target) / static_cast<double>(accum);
         loss.backward();
-        loss_sum += loss.detach().item<double>();
+        loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
       }
       if (reducer_) reducer_->FinishBackward();
       const double grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
       const double lr = LearningRate(t, step_);
       optimizer_->Step(lr);
       optimizer_->ZeroGrad();
-      double loss_value = loss_sum;
-      if (comm_) {
-        auto l = torch::tensor({loss_sum},
-                               torch::TensorOptions().dtype(torch::kFloat).device(comm_->device()));
-        comm_->AllReduceSumAsync(l)->Wait();
-        loss_value = l.item<double>() / o_.world_size;
-      }
+      if (comm_) comm_->AllReduceSumAsync(loss_sum.reshape({1}))->Wait();
+      const double loss_value = loss_sum.item<double>() / o_.world_size;
       ++step_;
       samples_seen_ += global_batch;
       const double step_seconds = Seconds(step_start, Clock::now());
