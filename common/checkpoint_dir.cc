@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -15,7 +16,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 #include "common/sha256.h"
 
@@ -67,6 +70,50 @@ Status HashAndSync(const std::string& path, CheckpointFileEntry* entry) {
   entry->bytes = bytes;
   entry->sha256 = hasher.HexDigest();
   return Status::Ok();
+}
+
+// Runs fn(0..n-1) on up to 8 threads, each taking the next index (callers order the work
+// largest first); returns the error of the lowest failing index. A checkpoint is a handful of
+// multi-GB files, and hashing them is the slow part of a commit or a verification.
+Status ParallelOverFiles(size_t n, const std::function<Status(size_t)>& fn) {
+  const size_t threads =
+      std::min<size_t>({n, std::max(1u, std::thread::hardware_concurrency()), size_t{8}});
+  std::vector<Status> results(n, Status::Ok());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) results[i] = fn(i);
+  };
+  std::vector<std::thread> workers;
+  for (size_t t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (auto& w : workers) w.join();
+  for (auto& r : results) {
+    if (!r.ok()) return r;
+  }
+  return Status::Ok();
+}
+
+// Indices of `paths` by decreasing file size (missing files last).
+std::vector<size_t> LargestFirst(const std::vector<std::string>& paths) {
+  std::vector<std::pair<uintmax_t, size_t>> sized;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(paths[i], ec);
+    sized.push_back({ec ? 0 : size, i});
+  }
+  std::sort(sized.begin(), sized.end(), std::greater<>());
+  std::vector<size_t> order;
+  for (const auto& [size, i] : sized) order.push_back(i);
+  return order;
+}
+
+// HashAndSync for every entry (paths relative to `dir`).
+Status HashAndSyncAll(const std::string& dir, std::vector<CheckpointFileEntry>* entries) {
+  std::vector<std::string> paths;
+  for (const auto& e : *entries) paths.push_back((fs::path(dir) / e.path).string());
+  const std::vector<size_t> order = LargestFirst(paths);
+  return ParallelOverFiles(
+      order.size(), [&](size_t k) { return HashAndSync(paths[order[k]], &(*entries)[order[k]]); });
 }
 
 Status WriteAndSync(const std::string& path, const std::string& contents) {
@@ -290,10 +337,10 @@ Result<std::string> CheckpointWriter::Commit(const nlohmann::json& metadata) {
     }
     CheckpointFileEntry entry;
     entry.path = rel.generic_string();
-    ADCTL_RETURN_IF_ERROR(HashAndSync(it->path().string(), &entry));
     manifest.files.push_back(std::move(entry));
   }
   if (ec) return Internal("cannot list " + tmp_dir_ + ": " + ec.message());
+  ADCTL_RETURN_IF_ERROR(HashAndSyncAll(tmp_dir_, &manifest.files));
   std::sort(manifest.files.begin(), manifest.files.end(),
             [](const auto& a, const auto& b) { return a.path < b.path; });
   for (const std::string& d : subdirs) ADCTL_RETURN_IF_ERROR(SyncPath(d, /*directory=*/true));
@@ -347,6 +394,28 @@ Result<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& root) {
   return out;
 }
 
+namespace {
+// One manifest entry against the file on disk: regular file, size, then sha256.
+Status VerifyFile(const std::string& path, const CheckpointFileEntry& f) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return DataLoss(path + ": listed in the manifest but " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return DataLoss(path + ": not a regular file");
+  if (st.st_size != f.bytes) {
+    return DataLoss(path + ": size " + std::to_string(st.st_size) + " bytes, manifest says " +
+                    std::to_string(f.bytes));
+  }
+  Result<std::string> sha = Sha256File(path);
+  if (!sha.ok()) return DataLoss(path + ": " + sha.status().message());
+  if (sha.value() != f.sha256) {
+    return DataLoss(path + ": sha256 " + sha.value() + " does not match the manifest's " +
+                    f.sha256);
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 Result<CheckpointManifest> VerifyCheckpoint(const std::string& dir) {
   const std::string manifest_path = (fs::path(dir) / kCheckpointManifestName).string();
   std::ifstream in(manifest_path, std::ios::binary);
@@ -372,23 +441,18 @@ Result<CheckpointManifest> VerifyCheckpoint(const std::string& dir) {
     return DataLoss(manifest_path + ": step " + std::to_string(m.step) +
                     " does not match the directory name");
   }
-  for (const CheckpointFileEntry& f : m.files) {
-    const std::string path = (fs::path(dir) / f.path).string();
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
-      return DataLoss(path + ": listed in the manifest but " + std::strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) return DataLoss(path + ": not a regular file");
-    if (st.st_size != f.bytes) {
-      return DataLoss(path + ": size " + std::to_string(st.st_size) + " bytes, manifest says " +
-                      std::to_string(f.bytes));
-    }
-    Result<std::string> sha = Sha256File(path);
-    if (!sha.ok()) return DataLoss(path + ": " + sha.status().message());
-    if (sha.value() != f.sha256) {
-      return DataLoss(path + ": sha256 " + sha.value() + " does not match the manifest's " +
-                      f.sha256);
-    }
+  std::vector<std::string> paths;
+  for (const CheckpointFileEntry& f : m.files) paths.push_back((fs::path(dir) / f.path).string());
+  const std::vector<size_t> order = LargestFirst(paths);
+  std::vector<Status> errors(paths.size(), Status::Ok());
+  (void)ParallelOverFiles(order.size(), [&](size_t k) {
+    const size_t i = order[k];
+    errors[i] = VerifyFile(paths[i], m.files[i]);
+    return errors[i];
+  });
+  // The first listed file that fails, whatever finished first.
+  for (const Status& e : errors) {
+    if (!e.ok()) return e;
   }
   return parsed;
 }

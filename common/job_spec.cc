@@ -57,6 +57,7 @@ void ForEachField(Spec& s, F&& f) {
   f("train.max_grad_norm", s.train.max_grad_norm);
   f("train.seed", s.train.seed);
   f("train.precision", s.train.precision);
+  f("train.attention", s.train.attention);
   f("train.beta_schedule", s.train.beta_schedule);
   f("train.beta_start", s.train.beta_start);
   f("train.beta_end", s.train.beta_end);
@@ -65,6 +66,7 @@ void ForEachField(Spec& s, F&& f) {
   f("train.log_every", s.train.log_every);
   f("train.bucket_cap_mb", s.train.bucket_cap_mb);
   f("train.bucket_dtype", s.train.bucket_dtype);
+  f("checkpoint.enabled", s.checkpoint.enabled);
   f("checkpoint.dir", s.checkpoint.dir);
   f("checkpoint.every_steps", s.checkpoint.every_steps);
   f("checkpoint.keep_last", s.checkpoint.keep_last);
@@ -549,6 +551,8 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
   ADCTL_RETURN_IF_ERROR(OneOf("train.precision", t.precision, {"auto", "fp32", "bf16"}));
+  ADCTL_RETURN_IF_ERROR(
+      OneOf("train.attention", t.attention, {"auto", "flash", "efficient", "cudnn", "math"}));
   ADCTL_RETURN_IF_ERROR(OneOf("train.beta_schedule", t.beta_schedule, {"linear", "scaled_linear"}));
   ADCTL_RETURN_IF_ERROR(Positive("train.beta_start", t.beta_start));
   ADCTL_RETURN_IF_ERROR(Positive("train.beta_end", t.beta_end));

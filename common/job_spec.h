@@ -56,7 +56,10 @@ struct TrainSpec {
   int64_t warmup_steps = 0;
   double max_grad_norm = 1.0;  // <= 0 disables clipping
   int64_t seed = 42;
-  std::string precision = "auto";        // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16"
+  std::string precision = "auto";  // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16"
+  // Attention kernels (LibTorch 2.x): "auto" (LibTorch's choice) | "flash" | "efficient" |
+  // "cudnn" | "math".
+  std::string attention = "auto";
   std::string beta_schedule = "linear";  // "linear" | "scaled_linear"
   double beta_start = 0.00085;
   double beta_end = 0.012;
@@ -69,6 +72,7 @@ struct TrainSpec {
 };
 
 struct CheckpointSpec {
+  bool enabled = true;       // false: never write one (benchmarks, smoke tests)
   std::string dir;           // "" → <job dir>/checkpoints
   int64_t every_steps = 10;  // 0: only at the end
   int64_t keep_last = 3;

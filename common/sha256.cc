@@ -8,6 +8,12 @@
 #include <cerrno>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#define ADCTL_SHA256_X86 1
+#endif
+
 namespace adctl {
 namespace {
 
@@ -26,17 +32,8 @@ constexpr std::array<uint32_t, 8> kInitialHash = {0x6a09e667, 0xbb67ae85, 0x3c6e
 
 inline uint32_t RotateRight(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-}  // namespace
-
-Sha256::Sha256() { Reset(); }
-
-void Sha256::Reset() {
-  state_ = kInitialHash;
-  buffer_size_ = 0;
-  total_bytes_ = 0;
-}
-
-void Sha256::Compress(const uint8_t block[64]) {
+// FIPS 180-4 §6.2.2 for one block.
+void CompressPortable(std::array<uint32_t, 8>& state, const uint8_t block[64]) {
   uint32_t w[64];
   for (int t = 0; t < 16; ++t) {
     w[t] = (uint32_t{block[4 * t]} << 24) | (uint32_t{block[4 * t + 1]} << 16) |
@@ -47,8 +44,8 @@ void Sha256::Compress(const uint8_t block[64]) {
     uint32_t s1 = RotateRight(w[t - 2], 17) ^ RotateRight(w[t - 2], 19) ^ (w[t - 2] >> 10);
     w[t] = w[t - 16] + s0 + w[t - 7] + s1;
   }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+  uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int t = 0; t < 64; ++t) {
     uint32_t big_sigma1 = RotateRight(e, 6) ^ RotateRight(e, 11) ^ RotateRight(e, 25);
     uint32_t choose = (e & f) ^ (~e & g);
@@ -65,14 +62,99 @@ void Sha256::Compress(const uint8_t block[64]) {
     b = a;
     a = t1 + t2;
   }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+#if defined(ADCTL_SHA256_X86)
+// The same rounds with the SHA extensions (Intel SHA-NI, also on AMD Zen). SHA256RNDS2 does two
+// rounds on the state split as (A, B, E, F) and (C, D, G, H); SHA256MSG1/MSG2 compute the
+// message schedule four words at a time: W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16].
+__attribute__((target("sha,sse4.1,ssse3"))) void CompressShaExtensions(
+    std::array<uint32_t, 8>& state, const uint8_t* data, size_t blocks) {
+  const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
+  __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
+  const __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1);
+  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(cdab, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
+  for (; blocks > 0; --blocks, data += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];  // the last four groups of four schedule words, W[4i .. 4i+3] in w[i % 4]
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      __m128i words;
+      if (i < 4) {
+        words = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * i)),
+                                 byte_swap);
+      } else {
+        __m128i t = _mm_sha256msg1_epu32(w[(i - 4) & 3], w[(i - 3) & 3]);
+        t = _mm_add_epi32(t, _mm_alignr_epi8(w[(i - 1) & 3], w[(i - 2) & 3], 4));
+        words = _mm_sha256msg2_epu32(t, w[(i - 1) & 3]);
+      }
+      w[i & 3] = words;
+      __m128i wk = _mm_add_epi32(
+          words, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kRoundConstants[4 * i])));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      wk = _mm_shuffle_epi32(wk, 0x0E);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, wk);
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  dcba = _mm_blend_epi16(feba, dchg, 0xF0);
+  hgfe = _mm_alignr_epi8(dchg, feba, 8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), dcba);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), hgfe);
+}
+#endif
+
+}  // namespace
+
+bool Sha256::CpuHasShaExtensions() {
+#if defined(ADCTL_SHA256_X86)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool ssse3 = (c & (1u << 9)) != 0, sse41 = (c & (1u << 19)) != 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool sha = (b & (1u << 29)) != 0;
+    return ssse3 && sse41 && sha;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+Sha256::Sha256(bool allow_cpu_extensions)
+    : use_sha_extensions_(allow_cpu_extensions && CpuHasShaExtensions()) {
+  Reset();
+}
+
+void Sha256::Reset() {
+  state_ = kInitialHash;
+  buffer_size_ = 0;
+  total_bytes_ = 0;
+}
+
+void Sha256::Compress(const uint8_t* data, size_t blocks) {
+#if defined(ADCTL_SHA256_X86)
+  if (use_sha_extensions_) {
+    CompressShaExtensions(state_, data, blocks);
+    return;
+  }
+#endif
+  for (; blocks > 0; --blocks, data += 64) CompressPortable(state_, data);
 }
 
 void Sha256::Update(const void* data, size_t size) {
@@ -85,10 +167,13 @@ void Sha256::Update(const void* data, size_t size) {
     p += take;
     size -= take;
     if (buffer_size_ < sizeof(buffer_)) return;
-    Compress(buffer_);
+    Compress(buffer_, 1);
     buffer_size_ = 0;
   }
-  for (; size >= 64; p += 64, size -= 64) Compress(p);
+  const size_t blocks = size / 64;
+  Compress(p, blocks);
+  p += 64 * blocks;
+  size -= 64 * blocks;
   std::memcpy(buffer_, p, size);
   buffer_size_ = size;
 }

@@ -15,7 +15,12 @@ namespace adctl {
 
 class Sha256 {
  public:
-  Sha256();
+  // Uses the x86 SHA extensions when the CPU has them (about 7x faster: checkpoints of
+  // several GB are hashed in seconds), the portable FIPS 180-4 rounds otherwise.
+  // `allow_cpu_extensions = false` forces the portable rounds (tests compare the two).
+  explicit Sha256(bool allow_cpu_extensions = true);
+  // Whether this CPU has the SHA extensions (and this build can use them).
+  static bool CpuHasShaExtensions();
   void Update(const void* data, size_t size);
   void Update(const std::string& data) { Update(data.data(), data.size()); }
   // Finishes and returns the 32-byte digest; the hasher is then reset for reuse.
@@ -25,8 +30,10 @@ class Sha256 {
 
  private:
   void Reset();
-  void Compress(const uint8_t block[64]);
+  // Compresses `blocks` consecutive 64-byte blocks into state_.
+  void Compress(const uint8_t* data, size_t blocks);
 
+  bool use_sha_extensions_;
   std::array<uint32_t, 8> state_;
   uint8_t buffer_[64];
   size_t buffer_size_ = 0;

@@ -24,4 +24,36 @@ inline torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const tor
 #endif
 }
 
+// tensors[i] *= factor for a 0-dim tensor `factor` on the tensors' device: one multi-tensor
+// kernel and no host sync on 2.1+; 1.13 (CPU) reads the factor on the host.
+inline void ForeachMulByTensor(std::vector<torch::Tensor>& tensors, const torch::Tensor& factor) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::_foreach_mul_(tensors, factor);
+#else
+  at::_foreach_mul_(tensors, factor.item<double>());
+#endif
+}
+
+// Restricts at::scaled_dot_product_attention to one kernel family: "flash", "efficient",
+// "cudnn" or "math"; "auto" leaves LibTorch's choice. Returns an empty string when applied,
+// else why not (LibTorch 1.13 has no SDPA: only "auto" and "math", the plain formula, work).
+inline std::string SelectAttentionKernels(const std::string& name) {
+  if (name == "auto") return "";
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  auto& ctx = at::globalContext();
+  if (name != "flash" && name != "efficient" && name != "cudnn" && name != "math") {
+    return "unknown attention kernels '" + name + "'";
+  }
+  ctx.setSDPUseFlash(name == "flash");
+  ctx.setSDPUseMemEfficient(name == "efficient");
+  ctx.setSDPUseCuDNN(name == "cudnn");
+  ctx.setSDPUseMath(name == "math");
+  return "";
+#else
+  if (name == "math") return "";
+  return "attention kernels '" + name + "' need LibTorch 2.3 or newer (this build has " +
+         std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ")";
+#endif
+}
+
 }  // namespace adctl::compat

@@ -42,6 +42,8 @@ TEST(JobSpecTest, ParsesSectionsAndBetasList) {
   // Untouched fields keep their defaults.
   EXPECT_EQ(spec->data.height, 16);
   EXPECT_EQ(spec->checkpoint.keep_last, 3);
+  EXPECT_TRUE(spec->checkpoint.enabled);
+  EXPECT_EQ(spec->train.attention, "auto");
   EXPECT_EQ(spec->GlobalBatch(), 1);
 }
 
@@ -167,6 +169,10 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
       {{"train.log_every=0"}, "train.log_every: must be >= 1"},
       {{"train.bucket_cap_mb=0"}, "train.bucket_cap_mb: must be > 0"},
       {{"train.bucket_dtype=fp16"}, "train.bucket_dtype: must be one of"},
+      {{"train.attention=xformers"},
+       "train.attention: must be one of 'auto', 'flash', 'efficient', 'cudnn', 'math', got "
+       "'xformers'"},
+      {{"checkpoint.enabled=maybe"}, "checkpoint.enabled"},
       {{"train.max_grad_norm=nan"}, "train.max_grad_norm: must be a finite number"},
       {{"train.lr=inf"}, "train.lr: must be a finite number"},
       {{"data.kind=video"}, "data.kind: must be one of 'synthetic', 'latents', got 'video'"},

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -35,6 +36,31 @@ TEST(Sha256Test, IncrementalMatchesOneShotAcrossBlockBoundaries) {
             "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
   EXPECT_EQ(Sha256Hex(std::string(64, 'a')),
             "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+}
+
+// The SHA-extension rounds (used when the CPU has them) and the portable rounds agree on every
+// length around the block and padding boundaries and on multi-block inputs fed in odd pieces.
+TEST(Sha256Test, CpuExtensionsAgreeWithPortableRounds) {
+  if (!Sha256::CpuHasShaExtensions()) GTEST_SKIP() << "this CPU has no SHA extensions";
+  std::string data(70000, '\0');
+  uint32_t x = 12345;
+  for (char& c : data) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  for (size_t len : {0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 4096, 65537, 70000}) {
+    Sha256 fast, portable(/*allow_cpu_extensions=*/false);
+    for (size_t i = 0; i < len; i += 777) {
+      const size_t n = std::min<size_t>(777, len - i);
+      fast.Update(data.data() + i, n);
+      portable.Update(data.data() + i, n);
+    }
+    EXPECT_EQ(fast.HexDigest(), portable.HexDigest()) << "length " << len;
+  }
+  Sha256 portable(false);
+  portable.Update("abc");
+  EXPECT_EQ(portable.HexDigest(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(Sha256Test, HasherResetsAfterDigest) {

@@ -94,12 +94,24 @@ class RecordingReporter : public Reporter {
   std::vector<std::string> events;
 };
 
-TEST_F(EngineGpuTest, Bf16TrainingOfTheTinyPresetCheckpoints) {
-  const auto dir = fs::temp_directory_path() / ("adctl-gpu-" + std::to_string(::getpid()));
+// bf16 training of the tiny preset with each attention-kernel choice (train.attention): losses
+// finite, peak memory reported, checkpoints committed and verified.
+class Bf16TinyTraining : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
+  const auto dir =
+      fs::temp_directory_path() / ("adctl-gpu-" + GetParam() + "-" + std::to_string(::getpid()));
   auto spec = ParseJobSpec(
       "name: g\nmodel: {preset: tiny}\n"
       "data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, width: 16, text_len: 4}\n"
-      "train: {max_steps: 8, batch_size: 4, lr: 1.0e-3, precision: bf16}\n"
+      "train: {max_steps: 8, batch_size: 4, lr: 1.0e-3, precision: bf16, attention: " +
+      GetParam() +
+      "}\n"
       "checkpoint: {every_steps: 4, keep_last: 2}\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   RecordingReporter rep;
@@ -120,6 +132,10 @@ TEST_F(EngineGpuTest, Bf16TrainingOfTheTinyPresetCheckpoints) {
   EXPECT_TRUE(VerifyCheckpoint(list->back().path).ok());
   fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(AttentionKernels, Bf16TinyTraining,
+                         ::testing::Values("auto", "flash", "efficient", "cudnn", "math"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace adctl

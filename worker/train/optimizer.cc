@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "worker/compat.h"
+
 namespace adctl {
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const TrainSpec& spec)
@@ -23,17 +25,16 @@ void AdamW::ZeroGrad() {
   at::_foreach_zero_(grads);
 }
 
-double AdamW::ClipGradNorm(double max_norm) {
+torch::Tensor AdamW::ClipGradNorm(double max_norm) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> norms;
   std::vector<torch::Tensor> grads;
-  for (auto& p : params_) {
-    grads.push_back(p.grad());
-    norms.push_back(p.grad().to(torch::kFloat).norm());
-  }
-  const double total = torch::stack(norms).norm().item<double>();
-  if (max_norm > 0 && total > max_norm) {
-    at::_foreach_mul_(grads, max_norm / (total + 1e-6));
+  for (auto& p : params_) grads.push_back(p.grad());
+  // One multi-tensor kernel for the per-tensor norms, then the norm of those.
+  const auto total = torch::stack(at::_foreach_norm(grads)).to(torch::kFloat).norm();
+  if (max_norm > 0) {
+    // min(1, max_norm / (norm + 1e-6)), applied on the device (torch.nn.utils.clip_grad_norm_).
+    const auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+    compat::ForeachMulByTensor(grads, coef);
   }
   return total;
 }

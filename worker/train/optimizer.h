@@ -26,8 +26,9 @@ class AdamW {
   // Zeroes gradients in place (they may be views into all-reduce buckets).
   void ZeroGrad();
   // Clips the global L2 norm of the gradients to `max_norm` (<= 0: no clipping); returns the
-  // norm before clipping.
-  double ClipGradNorm(double max_norm);
+  // norm before clipping as a 0-dim fp32 tensor on the parameters' device. Nothing waits for
+  // the device (no host sync): the caller reads the norm with the step's other numbers.
+  torch::Tensor ClipGradNorm(double max_norm);
 
   int64_t step() const { return step_; }
   TensorMap StateDict() const;  // "exp_avg.<name>", "exp_avg_sq.<name>", "step"

@@ -1,6 +1,8 @@
 #include "worker/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -69,13 +71,18 @@ class Run {
                                       : spec_.train.precision;
     compute_dtype_ = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
     if (device_.is_cuda() && std::getenv("OMP_NUM_THREADS") == nullptr) {
-      // A GPU rank does little CPU work; with every rank of a host spinning one OpenMP thread
-      // per core, the ranks' data preparation slowed down 20× on the 2-GPU machine. Split the
-      // cores between the host's ranks (what torchrun does with OMP_NUM_THREADS).
+      // A GPU rank's CPU work is drawing the next batch (on the prefetch thread). With every
+      // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
+      // each other's data preparation 20x. Split the cores between the host's ranks, at most 8
+      // each (torchrun goes further and sets OMP_NUM_THREADS=1).
       const char* local = std::getenv("LOCAL_WORLD_SIZE");
       const int ranks_here = std::max(1, local != nullptr ? std::atoi(local) : o_.world_size);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      torch::set_num_threads(std::max(1, cores / ranks_here));
+      torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
+    }
+    if (const std::string why = compat::SelectAttentionKernels(spec_.train.attention);
+        !why.empty()) {
+      return Failure{kExitBadSpec, "train.attention: " + why};
     }
     checkpoint_root_ = spec_.checkpoint.dir.empty()
                            ? (fs::path(o_.job_dir) / "checkpoints").string()
@@ -217,8 +224,10 @@ class Run {
     return std::nullopt;
   }
 
-  // Checkpoint of the current state (rank 0 writes; the others wait at the barrier).
+  // Checkpoint of the current state (rank 0 writes; the others wait at the barrier). Does
+  // nothing when checkpoints are disabled.
   std::optional<Failure> SaveCheckpoint() {
+    if (!spec_.checkpoint.enabled) return std::nullopt;
     if (o_.rank == 0) {
       const auto t0 = Clock::now();
       auto writer = CheckpointWriter::Begin(checkpoint_root_, step_);
@@ -227,6 +236,7 @@ class Run {
       if (st.ok())
         st = WriteTensorFile(writer->dir() + "/optimizer.safetensors", optimizer_->StateDict());
       if (!st.ok()) return Failure{kExitCrash, "checkpoint: " + st.ToString()};
+      const auto t1 = Clock::now();
       // The batches consumed so far, not the one being prefetched.
       const auto sampler = consumed_sampler_state_;
       nlohmann::json meta = {
@@ -241,6 +251,7 @@ class Run {
       };
       auto path = writer->Commit(meta);
       if (!path.ok()) return Failure{kExitCrash, path.status().ToString()};
+      const auto t2 = Clock::now();
       auto retention = ApplyRetention(checkpoint_root_, spec_.checkpoint.keep_last, resumed_from_);
       if (!retention.ok()) {
         reporter_.OnEvent(EventLevel::kWarning, "retention: " + retention.status().ToString());
@@ -256,6 +267,13 @@ class Run {
         }
       }
       report.save_seconds = Seconds(t0, Clock::now());
+      char timing[160];
+      std::snprintf(timing, sizeof(timing),
+                    "checkpoint step %lld: %.2f GB in %.1f s (tensors to files %.1f s, sha256 + "
+                    "fsync + rename %.1f s)",
+                    static_cast<long long>(step_), report.size_bytes / 1e9, report.save_seconds,
+                    Seconds(t0, t1), Seconds(t1, t2));
+      reporter_.OnEvent(EventLevel::kInfo, timing);
       reporter_.OnCheckpoint(report);
     }
     if (comm_) comm_->Barrier();
@@ -263,14 +281,30 @@ class Run {
     return std::nullopt;
   }
 
+  bool LocalStopRequested() {
+    return (o_.stop_flag != nullptr && o_.stop_flag->load()) || reporter_.StopRequested();
+  }
+
+  // Whether any rank was asked to stop (one small all-reduce); every rank gets the same answer.
   bool StopAgreed() {
-    const bool local =
-        (o_.stop_flag != nullptr && o_.stop_flag->load()) || reporter_.StopRequested();
+    const bool local = LocalStopRequested();
     if (!comm_) return local;
     auto flag =
         torch::tensor({local ? 1.0f : 0.0f}, torch::TensorOptions().device(comm_->device()));
     comm_->AllReduceSumAsync(flag)->Wait();
     return flag.item<float>() > 0;
+  }
+
+  // Checkpoints unless the last step already has one, and ends the run as preempted.
+  int StopAfterCheckpoint() {
+    if (last_checkpoint_step_ != step_) {
+      if (auto f = SaveCheckpoint()) return Fail(*f);
+    }
+    reporter_.OnEvent(EventLevel::kInfo,
+                      "stopped at step " + std::to_string(step_) +
+                          (spec_.checkpoint.enabled ? " after checkpoint"
+                                                    : " (checkpoints disabled: nothing saved)"));
+    return kExitPreempted;
   }
 
   int Train() {
@@ -279,16 +313,12 @@ class Run {
     const int64_t global_batch = t.batch_size * accum * o_.world_size;
     reporter_.OnTrainingStarted(step_, t.max_steps);
     model_->train();
+    // Afterwards the stop agreement rides on each step's single all-reduce of its numbers.
+    bool stop = StopAgreed();
+    auto last_step_end = Clock::now();
     while (step_ < t.max_steps) {
-      if (StopAgreed()) {
-        if (last_checkpoint_step_ != step_) {
-          if (auto f = SaveCheckpoint()) return Fail(*f);
-        }
-        reporter_.OnEvent(EventLevel::kInfo,
-                          "stopped at step " + std::to_string(step_) + " after checkpoint");
-        return kExitPreempted;
-      }
-      const auto step_start = Clock::now();
+      // One rank decides alone; several agree through the previous step's all-reduce.
+      if (stop || (!comm_ && LocalStopRequested())) return StopAfterCheckpoint();
       double data_wait = 0;
       torch::Tensor loss_sum;  // on the device: one host sync per step, not per micro-step
       for (int64_t micro = 0; micro < accum; ++micro) {
@@ -303,15 +333,27 @@ class Run {
         loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
       }
       if (reducer_) reducer_->FinishBackward();
-      const double grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
+      const auto grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
       const double lr = LearningRate(t, step_);
       optimizer_->Step(lr);
       optimizer_->ZeroGrad();
-      if (comm_) comm_->AllReduceSumAsync(loss_sum.reshape({1}))->Wait();
-      const double loss_value = loss_sum.item<double>() / o_.world_size;
+      // The step's numbers in one tensor: [loss, grad norm, stop votes], summed over ranks in
+      // one all-reduce and read with the step's only host sync. (The grad norm is the same on
+      // every rank after the gradient all-reduce.)
+      auto numbers =
+          torch::stack({loss_sum.reshape({}), grad_norm.reshape({}),
+                        torch::full({}, LocalStopRequested() ? 1.0f : 0.0f, loss_sum.options())});
+      if (comm_) comm_->AllReduceSumAsync(numbers)->Wait();
+      const auto host = numbers.to(torch::kCPU, torch::kDouble);
+      const double loss_value = host[0].item<double>() / o_.world_size;
+      const double grad_norm_value = host[1].item<double>() / o_.world_size;
+      stop = host[2].item<double>() > 0;
       ++step_;
       samples_seen_ += global_batch;
-      const double step_seconds = Seconds(step_start, Clock::now());
+      // Wall time since the previous step ended: everything the loop does per step counts.
+      const auto step_end = Clock::now();
+      const double step_seconds = Seconds(last_step_end, step_end);
+      last_step_end = step_end;
       if (!std::isfinite(loss_value)) {
         return Fail({kExitCrash, "loss is " + std::to_string(loss_value) + " at step " +
                                      std::to_string(step_)});
@@ -322,7 +364,7 @@ class Run {
         r.total_steps = t.max_steps;
         r.loss = loss_value;
         r.learning_rate = lr;
-        r.grad_norm = grad_norm;
+        r.grad_norm = grad_norm_value;
         r.step_seconds = step_seconds;
         r.data_wait_seconds = data_wait;
         r.allreduce_exposed_seconds = reducer_ ? reducer_->last_exposed_allreduce_seconds() : 0;
@@ -332,8 +374,9 @@ class Run {
         reporter_.OnStep(r);
       }
       if (spec_.checkpoint.every_steps > 0 && step_ % spec_.checkpoint.every_steps == 0 &&
-          step_ < t.max_steps) {
+          step_ < t.max_steps && !stop) {
         if (auto f = SaveCheckpoint()) return Fail(*f);
+        last_step_end = Clock::now();  // the next step's time does not include the save
       }
     }
     if (last_checkpoint_step_ != step_) {
