@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/fs_util.h"
 #include "common/sha256.h"
 
 namespace adctl {
@@ -184,12 +185,11 @@ bool SafeRelativePath(const std::string& p) {
   return true;
 }
 
-Status RemoveTree(const fs::path& path, RetentionResult* result) {
-  std::error_code ec;
+Status RemoveCounted(const fs::path& path, RetentionResult* result) {
   int64_t bytes = DirectoryBytes(path);
-  auto removed = fs::remove_all(path, ec);
-  if (ec) return Internal("cannot remove " + path.string() + ": " + ec.message());
-  if (removed > 0) {
+  Result<int64_t> removed = RemoveTree(path.string());
+  if (!removed.ok()) return removed.status();
+  if (*removed > 0) {
     result->removed.push_back(path.string());
     result->bytes_freed += bytes;
   }
@@ -265,8 +265,9 @@ Result<CheckpointWriter> CheckpointWriter::Begin(const std::string& root, int64_
   if (ec) return Internal("cannot create checkpoint root " + root + ": " + ec.message());
   fs::path tmp = fs::path(root) / (kTmpPrefix + CheckpointDirName(step).substr(5) + "-" +
                                    std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
-  if (ec) return Internal("cannot remove leftover " + tmp.string() + ": " + ec.message());
+  if (auto removed = RemoveTree(tmp.string()); !removed.ok()) {
+    return Internal("cannot remove leftover " + tmp.string() + ": " + removed.status().message());
+  }
   if (!fs::create_directory(tmp, ec) || ec) {
     return Internal("cannot create " + tmp.string() + ": " + ec.message());
   }
@@ -297,9 +298,9 @@ CheckpointWriter::~CheckpointWriter() { Abort(); }
 
 void CheckpointWriter::Abort() {
   if (done_) return;
-  std::error_code ec;
-  fs::remove_all(tmp_dir_, ec);
-  if (ec) spdlog::warn("checkpoint: cannot remove {}: {}", tmp_dir_, ec.message());
+  if (auto removed = RemoveTree(tmp_dir_); !removed.ok()) {
+    spdlog::warn("checkpoint: {}", removed.status().message());
+  }
   done_ = true;
 }
 
@@ -356,7 +357,7 @@ Result<std::string> CheckpointWriter::Commit(const nlohmann::json& metadata) {
   if (fs::exists(final_dir, ec)) {
     trash = fs::path(root_) /
             (kTrashPrefix + CheckpointDirName(step_).substr(5) + "-" + std::to_string(::getpid()));
-    fs::remove_all(trash, ec);
+    (void)RemoveTree(trash.string());
     if (::rename(final_dir.c_str(), trash.c_str()) != 0) {
       return Internal(Errno("cannot move aside", final_dir.string(), errno));
     }
@@ -368,8 +369,9 @@ Result<std::string> CheckpointWriter::Commit(const nlohmann::json& metadata) {
   done_ = true;
   ADCTL_RETURN_IF_ERROR(SyncPath(root_, /*directory=*/true));
   if (!trash.empty()) {
-    fs::remove_all(trash, ec);
-    if (ec) spdlog::warn("checkpoint: cannot remove {}: {}", trash.string(), ec.message());
+    if (auto removed = RemoveTree(trash.string()); !removed.ok()) {
+      spdlog::warn("checkpoint: {}", removed.status().message());
+    }
   }
   return final_dir.string();
 }
@@ -488,7 +490,7 @@ Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_las
   for (int64_t i = 0; i < excess; ++i) {
     const CheckpointInfo& c = (*list)[i];
     if (!protect.empty() && fs::weakly_canonical(c.path, ec) == protect) continue;
-    Status st = RemoveTree(c.path, &result);
+    Status st = RemoveCounted(c.path, &result);
     if (!st.ok() && first_error.ok()) first_error = st;
   }
   // Temporaries of writers that died (crash mid-checkpoint) and replaced directories.
@@ -500,7 +502,7 @@ Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_las
       continue;
     }
     if (ProcessAlive(pid)) continue;
-    Status st = RemoveTree(it->path(), &result);
+    Status st = RemoveCounted(it->path(), &result);
     if (!st.ok() && first_error.ok()) first_error = st;
   }
   if (!first_error.ok()) return first_error;

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "server/scheduler/scheduler.h"
 
@@ -199,7 +200,7 @@ Result<std::pair<JobRecord, bool>> Supervisor::Submit(const SubmitRequest& reque
     if (!request.submission_id.empty()) {
       auto existing = store_->FindJobBySubmissionId(request.submission_id);
       if (existing.ok() && existing->has_value()) {
-        fs::remove_all(job.job_dir, ec);
+        (void)RemoveTree(job.job_dir);
         return std::make_pair(**existing, false);
       }
     }

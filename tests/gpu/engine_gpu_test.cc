@@ -1,13 +1,12 @@
 // The training engine on a GPU (label gpu; skipped without one): fp32 parity with the
 // diffusers fixtures on CUDA, and bf16 training of the tiny preset with checkpoints.
-#include <execinfo.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <filesystem>
 
 #include "common/checkpoint_dir.h"
+#include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "worker/exit_codes.h"
 #include "worker/model/weights.h"
@@ -18,21 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A crash on the GPU machine should leave a stack behind (the test runs where no debugger is).
-void PrintStackAndDie(int sig) {
-  void* frames[64];
-  const int n = backtrace(frames, 64);
-  const char msg[] = "engine_gpu_test: fatal signal, stack:\n";
-  (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
-  backtrace_symbols_fd(frames, n, STDERR_FILENO);
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-const bool kStackOnCrash = [] {
-  std::signal(SIGSEGV, PrintStackAndDie);
-  std::signal(SIGABRT, PrintStackAndDie);
-  return true;
-}();
 // ADCTL_SHARED_DIR in the environment overrides the build's ../shared (the GPU machine gets a
 // copy of the fixtures carried inside the checkout).
 const std::string kFixtures =
@@ -95,7 +79,7 @@ class RecordingReporter : public Reporter {
 };
 
 // bf16 training of the tiny preset with each attention-kernel choice (train.attention): losses
-// finite, peak memory reported, checkpoints committed and verified.
+// finite, peak memory reported, checkpoints committed, verified and pruned by retention.
 class Bf16TinyTraining : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -112,7 +96,7 @@ TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
       "train: {max_steps: 8, batch_size: 4, lr: 1.0e-3, precision: bf16, attention: " +
       GetParam() +
       "}\n"
-      "checkpoint: {every_steps: 4, keep_last: 2}\n");
+      "checkpoint: {every_steps: 2, keep_last: 2}\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   RecordingReporter rep;
   TrainerOptions o;
@@ -125,12 +109,15 @@ TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
     EXPECT_TRUE(std::isfinite(s.loss));
     EXPECT_GT(s.peak_memory_bytes, 0);
   }
+  // Checkpoints at steps 2, 4, 6, 8; retention deleted 2 and 4.
   auto list = ListCheckpoints((dir / "checkpoints").string());
   ASSERT_TRUE(list.ok());
-  ASSERT_FALSE(list->empty());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->front().step, 6);
   EXPECT_EQ(list->back().step, 8);
   EXPECT_TRUE(VerifyCheckpoint(list->back().path).ok());
-  fs::remove_all(dir);
+  // Not std::filesystem::remove_all: see common/fs_util.h.
+  EXPECT_TRUE(RemoveTree(dir.string()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionKernels, Bf16TinyTraining,

@@ -1,0 +1,80 @@
+#include "common/fs_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace adctl {
+namespace {
+
+Status Errno(const std::string& what, const std::string& path) {
+  return Internal(what + " " + path + ": " + std::strerror(errno));
+}
+
+Status RemoveBelow(const std::string& dir, int64_t* removed) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open directory", dir);
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    Status st = Errno("cannot list", dir);
+    ::close(fd);
+    return st;
+  }
+  std::vector<std::string> subdirs;
+  Status st = Status::Ok();
+  errno = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat s;
+    if (::fstatat(fd, name.c_str(), &s, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;  // removed meanwhile
+      st = Errno("cannot stat", dir + "/" + name);
+      break;
+    }
+    if (S_ISDIR(s.st_mode)) {
+      subdirs.push_back(name);
+    } else if (::unlinkat(fd, name.c_str(), 0) == 0) {
+      ++*removed;
+    } else if (errno != ENOENT) {
+      st = Errno("cannot remove", dir + "/" + name);
+      break;
+    }
+    errno = 0;
+  }
+  if (st.ok() && errno != 0) st = Errno("cannot list", dir);
+  ::closedir(d);  // closes fd
+  if (!st.ok()) return st;
+  for (const std::string& name : subdirs) {
+    const std::string sub = dir + "/" + name;
+    ADCTL_RETURN_IF_ERROR(RemoveBelow(sub, removed));
+    if (::rmdir(sub.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove", sub);
+    ++*removed;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<int64_t> RemoveTree(const std::string& path) {
+  struct stat s;
+  if (::lstat(path.c_str(), &s) != 0) {
+    if (errno == ENOENT) return int64_t{0};
+    return Errno("cannot stat", path);
+  }
+  if (!S_ISDIR(s.st_mode)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove", path);
+    return int64_t{1};
+  }
+  int64_t removed = 0;
+  ADCTL_RETURN_IF_ERROR(RemoveBelow(path, &removed));
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove", path);
+  return removed + 1;
+}
+
+}  // namespace adctl

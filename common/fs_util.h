@@ -1,0 +1,21 @@
+// Small POSIX file-system helpers.
+//
+// RemoveTree replaces std::filesystem::remove_all in the product: on the GPU machine's
+// toolchain (a GCC whose libstdc++ is split between a static part in the executable and the
+// system's shared library) remove_all of a non-empty directory called a null function pointer
+// and killed the process, e.g. when checkpoint retention deleted an old checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace adctl {
+
+// Removes `path` and everything below it, like `rm -rf`: symlinks are removed, never followed.
+// A missing path is not an error (0 entries). Returns the number of entries removed; on an
+// error, what was removed before it stays removed and the error names the entry.
+Result<int64_t> RemoveTree(const std::string& path);
+
+}  // namespace adctl
