@@ -62,6 +62,11 @@ ADCTL_RANK_ROLE(collectives) {
   RANK_CHECK(torch::equal(i64, torch::full({3}, n * (int64_t{1} << 40), torch::kLong)));
   RANK_CHECK(torch::allclose(big, torch::arange(3'000'000, torch::kFloat) * (rank_sum + n)));
 
+  // The mean (what the gradient buckets use).
+  auto mean = torch::full({64}, 2.0 * (env.rank + 1), torch::kFloat);
+  comm->AllReduceAsync(mean, ReduceOp::kMean)->Wait();
+  RANK_CHECK(torch::allclose(mean, torch::full({64}, 2.0 * (rank_sum + n) / n, torch::kFloat)));
+
   // Broadcast from the last rank, then from rank 0.
   const int root = n - 1;
   auto values =
@@ -172,6 +177,8 @@ TEST(CommunicatorTest, OneGlooRankWorksAlone) {
   (*comm)->Barrier();
   EXPECT_EQ(AllReduceMean(comm->get(), 3.5), 3.5);
   EXPECT_THROW((*comm)->AllReduceSumAsync(torch::ones({4, 4}).t()), std::invalid_argument);
+  EXPECT_THROW((*comm)->AllReduceAsync(torch::ones({4}, torch::kLong), ReduceOp::kMean),
+               std::invalid_argument);
 }
 
 TEST(CommunicatorTest, BadArgumentsAreInvalidArgument) {

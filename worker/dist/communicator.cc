@@ -39,6 +39,14 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(
                          "' (expected 'gloo' or 'nccl')");
 }
 
+void CheckReduceOp(const torch::Tensor& t, ReduceOp op) {
+  if (op == ReduceOp::kMean && !t.is_floating_point()) {
+    throw std::invalid_argument(std::string("all-reduce mean of a ") +
+                                c10::toString(t.scalar_type()) +
+                                " tensor: only floating-point tensors can be averaged");
+  }
+}
+
 double AllReduceMean(Communicator* comm, double value) {
   torch::Tensor t =
       torch::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(comm->device()));

@@ -16,7 +16,7 @@
 //
 // Ordering contract (as for any collective library): every rank issues the same collectives in
 // the same order. Thread-safety: a Communicator may be called from several threads (the gradient
-// reducer calls AllReduceSumAsync from autograd's thread), but the caller must then order the
+// reducer calls AllReduceAsync from autograd's thread), but the caller must then order the
 // calls identically on every rank; Work objects may be waited on from any thread.
 #pragma once
 
@@ -40,6 +40,10 @@ class CommunicationError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What an all-reduce computes: the sum, or the mean (the sum divided by the number of ranks,
+// for floating-point tensors only; NCCL's ncclAvg, in the same kernel as the reduction).
+enum class ReduceOp { kSum, kMean };
+
 // Completion handle of an asynchronous collective.
 class Work {
  public:
@@ -62,10 +66,13 @@ class Communicator {
   virtual torch::Device device() const = 0;
   virtual const char* backend() const = 0;
 
-  // Sums `t` over all ranks, in place. `t` must be contiguous and on device(); it is kept alive
-  // until the collective has finished. Supported dtypes: float32, float64, bfloat16, float16,
-  // int32, int64, uint8.
-  virtual std::shared_ptr<Work> AllReduceSumAsync(torch::Tensor t) = 0;
+  // Reduces `t` over all ranks with `op`, in place. `t` must be contiguous and on device(); it
+  // is kept alive until the collective has finished. Supported dtypes: float32, float64,
+  // bfloat16, float16, int32, int64, uint8 (kMean: the floating-point ones).
+  virtual std::shared_ptr<Work> AllReduceAsync(torch::Tensor t, ReduceOp op) = 0;
+  std::shared_ptr<Work> AllReduceSumAsync(torch::Tensor t) {
+    return AllReduceAsync(std::move(t), ReduceOp::kSum);
+  }
   // Copies `t` of rank `root` into `t` of every rank (any dtype, contiguous). Returns when the
   // result is visible to the caller (Gloo: in memory; NCCL: on the caller's current stream).
   // Throws CommunicationError on failure.
@@ -74,6 +81,9 @@ class Communicator {
   // CommunicationError on failure.
   virtual void Barrier() = 0;
 };
+
+// Throws std::invalid_argument for kMean on a non-floating-point tensor (for the backends).
+void CheckReduceOp(const torch::Tensor& t, ReduceOp op);
 
 // Makes a communicator of `backend` ("gloo" or "nccl") for `rank` of `world_size`.
 //

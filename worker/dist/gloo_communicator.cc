@@ -134,27 +134,39 @@ class GlooCommunicator final : public Communicator {
   torch::Device device() const override { return torch::kCPU; }
   const char* backend() const override { return "gloo"; }
 
-  std::shared_ptr<Work> AllReduceSumAsync(torch::Tensor t) override {
-    CheckTensor(t, "AllReduceSumAsync");
+  std::shared_ptr<Work> AllReduceAsync(torch::Tensor t, ReduceOp op) override {
+    CheckTensor(t, "AllReduceAsync");
+    CheckReduceOp(t, op);
     const auto dtype = t.scalar_type();
-    return Submit("all-reduce", [this, t, dtype](uint32_t tag) mutable {
+    return Submit("all-reduce", [this, t, dtype, op](uint32_t tag) mutable {
       switch (dtype) {
         case torch::kFloat:
-          return AllReduceSum<float>(context_, t, tag, timeout_);
+          AllReduceSum<float>(context_, t, tag, timeout_);
+          break;
         case torch::kDouble:
-          return AllReduceSum<double>(context_, t, tag, timeout_);
+          AllReduceSum<double>(context_, t, tag, timeout_);
+          break;
         case torch::kBFloat16:
-          return AllReduceSum<c10::BFloat16>(context_, t, tag, timeout_);
+          AllReduceSum<c10::BFloat16>(context_, t, tag, timeout_);
+          break;
         case torch::kHalf:
-          return AllReduceSum<c10::Half>(context_, t, tag, timeout_);
+          AllReduceSum<c10::Half>(context_, t, tag, timeout_);
+          break;
         case torch::kInt:
-          return AllReduceSum<int32_t>(context_, t, tag, timeout_);
+          AllReduceSum<int32_t>(context_, t, tag, timeout_);
+          break;
         case torch::kLong:
-          return AllReduceSum<int64_t>(context_, t, tag, timeout_);
+          AllReduceSum<int64_t>(context_, t, tag, timeout_);
+          break;
         case torch::kByte:
-          return AllReduceSum<uint8_t>(context_, t, tag, timeout_);
+          AllReduceSum<uint8_t>(context_, t, tag, timeout_);
+          break;
         default:
           throw std::invalid_argument(std::string("unsupported dtype ") + c10::toString(dtype));
+      }
+      if (op == ReduceOp::kMean) {
+        torch::NoGradGuard no_grad;
+        t.div_(world_size());
       }
     });
   }

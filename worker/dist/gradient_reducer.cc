@@ -250,17 +250,13 @@ void GradientReducer::CopyGradientToBucket(int index) {
   const torch::Tensor& param = params_[index];
   torch::Tensor& grad = param.mutable_grad();
   torch::Tensor& view = slots_[index].view;
-  const int world_size = comm_->world_size();
-  // Pre-divide like DDP (reducer.cpp: bucket_view.copy_(grad.div(div_factor))): the sum of
-  // the ranks' shares is then the mean, and 1/2, 1/4 ... are exact.
+  // The bucket all-reduce averages (ncclAvg; Gloo divides after the sum), so gradients go in
+  // as they are: nothing to do when .grad already is the bucket view (every step after the
+  // first), one copy (a cast for bf16 buckets) otherwise.
   if (!grad.defined()) {
     view.zero_();  // no gradient on this rank: contributes zero
-  } else if (grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
-             grad.scalar_type() == view.scalar_type()) {
-    if (world_size > 1) view.mul_(1.0 / world_size);  // accumulated in place already
-  } else if (world_size > 1) {
-    torch::mul_out(view, grad, torch::scalar_tensor(1.0 / world_size, torch::kDouble));
-  } else {
+  } else if (grad.data_ptr() != view.data_ptr() || grad.sizes() != view.sizes() ||
+             grad.scalar_type() != view.scalar_type()) {
     view.copy_(grad);
   }
   // fp32 buckets: .grad becomes the bucket view, so the all-reduce result lands in .grad.
@@ -270,7 +266,7 @@ void GradientReducer::CopyGradientToBucket(int index) {
 void GradientReducer::LaunchReadyBuckets(bool during_backward) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_++];
-    bucket.work = comm_->AllReduceSumAsync(bucket.buffer);
+    bucket.work = comm_->AllReduceAsync(bucket.buffer, ReduceOp::kMean);
     if (during_backward) ++launched_during_backward_;
   }
 }

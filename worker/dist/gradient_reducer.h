@@ -11,10 +11,12 @@
 // buckets are rebuilt once in the order the gradients actually arrived on rank 0 (as DDP does).
 //
 // Gradient accumulation: on micro-steps with sync=false the hooks do nothing, autograd sums into
-// .grad as usual. On the sync micro-step the hook copies the accumulated .grad (the sum over all
-// micro-steps) times 1/world_size into the bucket, then the all-reduce sums over ranks, so the
-// final .grad is (sum over micro-steps) averaged over ranks: N ranks with batch b equal 1 rank
-// with batch N*b (loss scaled by 1/accumulation steps as usual).
+// .grad as usual. On the sync micro-step the accumulated .grad (the sum over all micro-steps) is
+// in the bucket (it is a view into it, or the hook copies it there), and the bucket is
+// all-reduced with ReduceOp::kMean (NCCL: ncclAvg, which scales by 1/world_size inside the
+// reduction kernel, so no extra pass over the gradients), so the final .grad is (sum over
+// micro-steps) averaged over ranks: N ranks with batch b equal 1 rank with batch N*b (loss scaled
+// by 1/accumulation steps as usual).
 //
 // Memory: with fp32 buckets each parameter's .grad becomes a view into its bucket (as DDP's
 // gradient_as_bucket_view), so the buckets cost no memory beyond the gradients themselves and

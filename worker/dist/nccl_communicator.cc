@@ -162,12 +162,14 @@ class NcclCommunicator final : public Communicator {
   }
   const char* backend() const override { return "nccl"; }
 
-  std::shared_ptr<Work> AllReduceSumAsync(torch::Tensor t) override {
-    CheckTensor(t, "AllReduceSumAsync");
+  std::shared_ptr<Work> AllReduceAsync(torch::Tensor t, ReduceOp op) override {
+    CheckTensor(t, "AllReduceAsync");
+    CheckReduceOp(t, op);
     const ncclDataType_t type = NcclType(t.scalar_type());
+    const ncclRedOp_t nccl_op = op == ReduceOp::kMean ? ncclAvg : ncclSum;
     return Launch("all-reduce", t, [&](cudaStream_t stream) {
       return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type,
-                           ncclSum, comm_, stream);
+                           nccl_op, comm_, stream);
     });
   }
 

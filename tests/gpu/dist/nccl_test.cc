@@ -88,6 +88,11 @@ ADCTL_RANK_ROLE(nccl_collectives) {
   RANK_CHECK(torch::equal(i64.cpu(), torch::full({3}, n * (int64_t{1} << 40), torch::kLong)));
   RANK_CHECK(big.min().item<float>() == rank_sum + n && big.max().item<float>() == rank_sum + n);
 
+  // The mean (ncclAvg: what the gradient buckets use).
+  auto mean = torch::full({64}, 2.0 * (env.rank + 1), on(torch::kFloat));
+  comm->AllReduceAsync(mean, ReduceOp::kMean)->Wait();
+  RANK_CHECK(torch::allclose(mean.cpu(), torch::full({64}, 2.0 * (rank_sum + n) / n)));
+
   auto values = env.rank == n - 1 ? torch::arange(100, on(torch::kInt))
                                   : torch::zeros({100}, on(torch::kInt));
   comm->Broadcast(values, n - 1);
