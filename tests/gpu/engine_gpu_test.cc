@@ -80,12 +80,7 @@ class RecordingReporter : public Reporter {
 
 // bf16 training of the tiny preset with each attention-kernel choice (train.attention): losses
 // finite, peak memory reported, checkpoints committed, verified and pruned by retention.
-class Bf16TinyTraining : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class Bf16TinyTraining : public EngineGpuTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
   const auto dir =
