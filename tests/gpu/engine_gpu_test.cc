@@ -17,12 +17,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// ADCTL_SHARED_DIR in the environment overrides the build's ../shared (the GPU machine gets a
-// copy of the fixtures carried inside the checkout).
+// ADCTL_FIXTURES_DIR in the environment overrides the build's tests/fixtures.
 const std::string kFixtures =
-    std::string(std::getenv("ADCTL_SHARED_DIR") ? std::getenv("ADCTL_SHARED_DIR")
-                                                : ADCTL_SHARED_DIR) +
-    "/fixtures/diffusers-tiny";
+    std::string(std::getenv("ADCTL_FIXTURES_DIR") ? std::getenv("ADCTL_FIXTURES_DIR")
+                                                  : ADCTL_FIXTURES_DIR) +
+    "/diffusers-tiny";
 
 double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out.cpu() - ref).norm() / ref.norm()).item<double>();

@@ -163,7 +163,7 @@ TEST_F(DataParallelTest, ARankDyingMidRunEndsThePeerCleanly) {
 }
 
 TEST_F(DataParallelTest, CheckParityWritesPredictionLossAndGradients) {
-  const std::string fixtures = std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny";
+  const std::string fixtures = std::string(ADCTL_FIXTURES_DIR) + "/diffusers-tiny";
   const std::string out = (root_ / "parity.safetensors").string();
   const pid_t pid = Spawn({ADWORKER, "check-parity", "--unet2d", fixtures + "/unet2d",
                            "--motion-adapter", fixtures + "/motion_adapter", "--io",

@@ -8,7 +8,7 @@ namespace adctl {
 namespace {
 
 const std::string kFile =
-    std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny/schedulers.safetensors";
+    std::string(ADCTL_FIXTURES_DIR) + "/diffusers-tiny/schedulers.safetensors";
 
 double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out - ref).norm() / ref.norm()).item<double>();

@@ -1,4 +1,4 @@
-// UNet3D against the diffusers reference fixtures (../shared/fixtures/diffusers-tiny):
+// UNet3D against the diffusers reference fixtures (tests/fixtures/diffusers-tiny):
 // prediction, loss and every motion-module gradient, loading paths and strict-loading errors.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@ namespace adctl {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kFixtures = std::string(ADCTL_SHARED_DIR) + "/fixtures/diffusers-tiny";
+const std::string kFixtures = std::string(ADCTL_FIXTURES_DIR) + "/diffusers-tiny";
 
 double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out - ref).norm() / ref.norm()).item<double>();
