@@ -21,14 +21,17 @@
 namespace adctl {
 namespace {
 
-constexpr const char* kSections[] = {"model", "data", "train", "checkpoint", "resources"};
+constexpr const char* kSections[] = {"model",      "data",     "preprocess", "train",
+                                     "checkpoint", "resources"};
 
 // Calls f(dotted_path, field) for every field in canonical order. `Spec` is JobSpec or
 // const JobSpec. train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
 template <typename Spec, typename F>
 void ForEachField(Spec& s, F&& f) {
   f("name", s.name);
+  f("kind", s.kind);
   f("model.preset", s.model.preset);
+  f("model.pretrained", s.model.pretrained);
   f("model.preset_layout", s.model.preset_layout);
   f("model.unet2d", s.model.unet2d);
   f("model.motion_adapter", s.model.motion_adapter);
@@ -44,6 +47,21 @@ void ForEachField(Spec& s, F&& f) {
   f("data.width", s.data.width);
   f("data.text_len", s.data.text_len);
   f("data.seed", s.data.seed);
+  f("data.csv", s.data.csv);
+  f("data.video_dir", s.data.video_dir);
+  f("data.id_column", s.data.id_column);
+  f("data.caption_column", s.data.caption_column);
+  f("data.file_pattern", s.data.file_pattern);
+  f("data.stride", s.data.stride);
+  f("data.sample_height", s.data.sample_height);
+  f("data.sample_width", s.data.sample_width);
+  f("preprocess.output", s.preprocess.output);
+  f("preprocess.shard_size", s.preprocess.shard_size);
+  f("preprocess.dtype", s.preprocess.dtype);
+  f("preprocess.decode_threads", s.preprocess.decode_threads);
+  f("preprocess.vae_chunk", s.preprocess.vae_chunk);
+  f("preprocess.min_frames", s.preprocess.min_frames);
+  f("preprocess.max_clips", s.preprocess.max_clips);
   f("train.max_steps", s.train.max_steps);
   f("train.batch_size", s.train.batch_size);
   f("train.grad_accum", s.train.grad_accum);
@@ -55,6 +73,7 @@ void ForEachField(Spec& s, F&& f) {
   f("train.lr_schedule", s.train.lr_schedule);
   f("train.warmup_steps", s.train.warmup_steps);
   f("train.max_grad_norm", s.train.max_grad_norm);
+  f("train.caption_dropout", s.train.caption_dropout);
   f("train.seed", s.train.seed);
   f("train.precision", s.train.precision);
   f("train.attention", s.train.attention);
@@ -471,25 +490,37 @@ Status ValidateJobSpec(const JobSpec& s) {
         "name: must be 1-63 characters of letters, digits, '-', '_' or '.', got " + Show(s.name));
   }
 
+  ADCTL_RETURN_IF_ERROR(OneOf("kind", s.kind, {"train", "preprocess"}));
+  const bool preprocess = s.kind == "preprocess";
+
   // model
   const ModelSpec& m = s.model;
   ADCTL_RETURN_IF_ERROR(OneOf("model.preset", m.preset, {"", "tiny", "sd15"}));
-  const bool has_paths = !m.unet2d.empty() || !m.unet_motion.empty();
-  if (m.preset.empty() == !has_paths) {
+  const int unet_sources = !m.pretrained.empty() + !m.unet2d.empty() + !m.unet_motion.empty();
+  const bool has_paths = unet_sources > 0;
+  if (preprocess) {
+    if (m.pretrained.empty()) {
+      return InvalidArgument(
+          "model.pretrained: required for kind 'preprocess' (a Stable Diffusion folder with vae/, "
+          "text_encoder/ and tokenizer/)");
+    }
+  } else if (m.preset.empty() == !has_paths) {
     return InvalidArgument(
-        m.preset.empty()
-            ? "model: give a preset ('tiny', 'sd15') or model.unet2d or model.unet_motion"
-            : "model.preset: " + Show(m.preset) +
-                  " cannot be combined with model.unet2d/model.unet_motion; give one of them");
+        m.preset.empty() ? "model: give a preset ('tiny', 'sd15'), model.pretrained, "
+                           "model.unet2d or model.unet_motion"
+                         : "model.preset: " + Show(m.preset) +
+                               " cannot be combined with model.pretrained/model.unet2d/"
+                               "model.unet_motion; give one of them");
   }
-  if (!m.unet2d.empty() && !m.unet_motion.empty()) {
+  if (unet_sources > 1) {
     return InvalidArgument(
-        "model.unet_motion: give either model.unet2d (+ motion_adapter) or model.unet_motion, "
-        "not both");
+        "model: give one of model.pretrained, model.unet2d (+ motion_adapter) or "
+        "model.unet_motion, not several");
   }
-  if (!m.motion_adapter.empty() && m.unet2d.empty()) {
+  if (!m.motion_adapter.empty() && m.unet2d.empty() && m.pretrained.empty()) {
     return InvalidArgument("model.motion_adapter: " + Show(m.motion_adapter) +
-                           " needs model.unet2d (a unet_motion or preset has its own modules)");
+                           " needs model.pretrained or model.unet2d (a unet_motion or preset has "
+                           "its own modules)");
   }
   if (!m.motion_module_file.empty() && !has_paths) {
     return InvalidArgument("model.motion_module_file: " + Show(m.motion_module_file) +
@@ -501,7 +532,47 @@ Status ValidateJobSpec(const JobSpec& s) {
 
   // data
   const DataSpec& d = s.data;
-  ADCTL_RETURN_IF_ERROR(OneOf("data.kind", d.kind, {"synthetic", "latents"}));
+  ADCTL_RETURN_IF_ERROR(OneOf("data.kind", d.kind, {"synthetic", "latents", "video"}));
+  if (preprocess != (d.kind == "video")) {
+    return InvalidArgument(
+        preprocess ? "data.kind: a preprocess job reads videos: set data.kind 'video', got " +
+                         Show(d.kind)
+                   : "data.kind: 'video' is read by a preprocess job (kind: preprocess); train "
+                     "on its cache with data.kind 'latents' and data.path = preprocess.output");
+  }
+  if (d.kind == "video") {
+    if (d.csv.empty()) return InvalidArgument("data.csv: required for data.kind 'video'");
+    if (d.video_dir.empty()) {
+      return InvalidArgument("data.video_dir: required for data.kind 'video'");
+    }
+    if (d.id_column.empty()) return InvalidArgument("data.id_column: must not be empty");
+    if (d.caption_column.empty()) return InvalidArgument("data.caption_column: must not be empty");
+    if (d.file_pattern.find("{" + d.id_column + "}") == std::string::npos) {
+      return InvalidArgument("data.file_pattern: must contain {" + d.id_column +
+                             "} (the id column), got " + Show(d.file_pattern));
+    }
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.stride", d.stride, 1));
+    for (auto [path, v] : {std::pair{"data.sample_height", d.sample_height},
+                           std::pair{"data.sample_width", d.sample_width}}) {
+      if (v < 8 || v % 8 != 0) {
+        return InvalidArgument(std::string(path) + ": must be a multiple of 8 (>= 8), got " +
+                               Show(v));
+      }
+    }
+    const PreprocessSpec& p = s.preprocess;
+    if (p.output.empty()) {
+      return InvalidArgument("preprocess.output: required (the latent cache directory)");
+    }
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.shard_size", p.shard_size, 1));
+    ADCTL_RETURN_IF_ERROR(OneOf("preprocess.dtype", p.dtype, {"bf16", "fp16"}));
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.decode_threads", p.decode_threads, 1));
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.vae_chunk", p.vae_chunk, 1));
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.min_frames", p.min_frames, 1));
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.max_clips", p.max_clips, 0));
+  } else if (!s.preprocess.output.empty()) {
+    return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
+                           Show(s.preprocess.output));
+  }
   if (d.kind == "latents" && d.path.empty()) {
     return InvalidArgument("data.path: required for data.kind 'latents' (a directory of shards)");
   }
@@ -553,7 +624,13 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(OneOf("train.precision", t.precision, {"auto", "fp32", "bf16"}));
   ADCTL_RETURN_IF_ERROR(
       OneOf("train.attention", t.attention, {"auto", "flash", "efficient", "cudnn", "math"}));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.beta_schedule", t.beta_schedule, {"linear", "scaled_linear"}));
+  ADCTL_RETURN_IF_ERROR(UnitInterval("train.caption_dropout", t.caption_dropout));
+  ADCTL_RETURN_IF_ERROR(
+      OneOf("train.beta_schedule", t.beta_schedule, {"linear", "scaled_linear", "pretrained"}));
+  if (t.beta_schedule == "pretrained" && m.pretrained.empty()) {
+    return InvalidArgument(
+        "train.beta_schedule: 'pretrained' reads model.pretrained's scheduler/, which is not set");
+  }
   ADCTL_RETURN_IF_ERROR(Positive("train.beta_start", t.beta_start));
   ADCTL_RETURN_IF_ERROR(Positive("train.beta_end", t.beta_end));
   if (t.beta_end >= 1) {

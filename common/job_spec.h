@@ -19,6 +19,10 @@ struct ModelSpec {
   // job directory) or paths. With paths: `unet2d` + optional `motion_adapter` (absent: new
   // motion modules, proj_out zero-initialised), or `unet_motion` (combined directory).
   std::string preset;              // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
+  // A diffusers Stable Diffusion folder (unet/, vae/, text_encoder/, tokenizer/, scheduler/),
+  // as users download it (fp16 variants too). Training uses its unet/; preprocessing its vae/,
+  // text_encoder/ and tokenizer/.
+  std::string pretrained;
   std::string unet2d;              // diffusers UNet2DConditionModel directory
   std::string motion_adapter;      // diffusers MotionAdapter directory
   std::string unet_motion;         // diffusers UNetMotionModel directory
@@ -32,7 +36,8 @@ struct ModelSpec {
 };
 
 struct DataSpec {
-  std::string kind = "synthetic";  // "synthetic" | "latents"
+  // "synthetic" | "latents" (a cache written by a preprocess job) | "video" (preprocess only)
+  std::string kind = "synthetic";
   std::string path;                // latents: directory of *.safetensors shards
   // synthetic source: generated deterministically from `seed`.
   int64_t num_samples = 64;
@@ -41,6 +46,27 @@ struct DataSpec {
   int64_t width = 16;    // latent width
   int64_t text_len = 8;  // text tokens per clip
   int64_t seed = 0;
+  // video: a WebVid-style CSV of captions and a folder of video files.
+  std::string csv;                         // the caption CSV
+  std::string video_dir;                   // folder of the video files
+  std::string id_column = "videoid";       // CSV column naming the file
+  std::string caption_column = "name";     // CSV column with the caption
+  // File path under video_dir; {column} is that CSV column's value ("{page_dir}/{videoid}.mp4").
+  std::string file_pattern = "{videoid}.mp4";
+  int64_t stride = 4;                      // frames between sampled frames (AnimateDiff's rule)
+  int64_t sample_height = 256;             // pixels after resize + center crop
+  int64_t sample_width = 256;
+};
+
+// Turning videos into a latent cache (kind: preprocess).
+struct PreprocessSpec {
+  std::string output;          // cache directory (required); train with data.kind: latents
+  int64_t shard_size = 32;     // clips per shard: the unit of work and of resume
+  std::string dtype = "bf16";  // on-disk latent statistics and text states: "bf16" | "fp16"
+  int64_t decode_threads = 4;  // videos decoded in parallel per rank
+  int64_t vae_chunk = 16;      // frames per VAE encoder call
+  int64_t min_frames = 1;      // shorter videos are skipped (counted as too_short)
+  int64_t max_clips = 0;       // 0: every CSV row; else the first N rows
 };
 
 struct TrainSpec {
@@ -55,12 +81,17 @@ struct TrainSpec {
   std::string lr_schedule = "constant";  // "constant" | "cosine"
   int64_t warmup_steps = 0;
   double max_grad_norm = 1.0;  // <= 0 disables clipping
+  // Probability of training a clip on the empty caption (AnimateDiff's cfg_random_null_text
+  // ratio); needs a cache that stores the empty caption's text state.
+  double caption_dropout = 0.1;
   int64_t seed = 42;
   std::string precision = "auto";  // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16"
   // Attention kernels (LibTorch 2.x): "auto" (LibTorch's choice) | "flash" | "efficient" |
   // "cudnn" | "math".
   std::string attention = "auto";
-  std::string beta_schedule = "linear";  // "linear" | "scaled_linear"
+  // "linear" | "scaled_linear" | "pretrained" (model.pretrained's scheduler/scheduler_config.json
+  // gives the schedule, betas, timesteps and prediction type)
+  std::string beta_schedule = "linear";
   double beta_start = 0.00085;
   double beta_end = 0.012;
   int64_t num_train_timesteps = 1000;
@@ -89,8 +120,10 @@ struct ResourceSpec {
 
 struct JobSpec {
   std::string name = "job";
+  std::string kind = "train";  // "train" | "preprocess" (videos → latent cache)
   ModelSpec model;
   DataSpec data;
+  PreprocessSpec preprocess;
   TrainSpec train;
   CheckpointSpec checkpoint;
   ResourceSpec resources;

@@ -19,6 +19,7 @@
 #include "worker/exit_codes.h"
 #include "worker/model/weights.h"
 #include "worker/report/coordinator_client.h"
+#include "worker/tools/parity.h"
 #include "worker/train/trainer.h"
 
 namespace adctl {
@@ -226,11 +227,17 @@ int main(int argc, char** argv) {
                     "append each step as a JSON line to this file (default: "
                     "$ADWORKER_METRICS_DIR/<job>-attempt-<a>-rank-<r>.jsonl when that is set)");
 
-  std::string unet2d, adapter, unet_motion, io_in, io_out;
-  auto* parity = app.add_subcommand("check-parity", "Forward/backward of a model on given inputs");
+  std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, io_out;
+  auto* parity = app.add_subcommand(
+      "check-parity", "Run a model on given inputs: UNet forward/backward, text encoder or VAE");
   parity->add_option("--unet2d", unet2d, "diffusers UNet2DConditionModel directory");
   parity->add_option("--motion-adapter", adapter, "diffusers MotionAdapter directory");
   parity->add_option("--unet-motion", unet_motion, "diffusers UNetMotionModel directory");
+  parity->add_option("--text-encoder", text_encoder,
+                     "transformers CLIPTextModel directory (io: input_ids → last_hidden_state, "
+                     "pooled)");
+  parity->add_option("--vae", vae,
+                     "diffusers AutoencoderKL directory (io: image → mean, logvar, decoded)");
   parity->add_option("--io", io_in, "inputs: sample, timesteps, encoder_hidden_states, target")
       ->required();
   parity->add_option("--out", io_out, "output safetensors: pred, loss, gradients")->required();
@@ -260,6 +267,8 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSigterm);
 
   if (*train) return Train(ta);
+  if (*parity && !text_encoder.empty()) return CheckTextEncoderParity(text_encoder, io_in, io_out);
+  if (*parity && !vae.empty()) return CheckVaeParity(vae, io_in, io_out);
   if (*parity) return CheckParity(unet2d, adapter, unet_motion, io_in, io_out);
   if (*make) {
     auto st = WriteSyntheticShards(synth, channels, text_dim, synth_out, shard_size);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "worker/data/latent_cache.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -52,39 +53,97 @@ class SyntheticDataset : public LatentDataset {
 
 struct Shard {
   std::unique_ptr<SafetensorsFile> file;
-  const TensorInfo* latents = nullptr;
+  const TensorInfo* latents = nullptr;  // plain shards
+  const TensorInfo* mean = nullptr;     // cache shards: latent_mean, latent_std
+  const TensorInfo* std = nullptr;
   const TensorInfo* text = nullptr;
   int64_t first = 0, count = 0;
 };
+
+Result<torch::ScalarType> FloatType(const TensorInfo& info, const std::string& where) {
+  switch (info.dtype) {
+    case DType::kF32:
+      return torch::kFloat;
+    case DType::kBF16:
+      return torch::kBFloat16;
+    case DType::kF16:
+      return torch::kHalf;
+    default:
+      return InvalidArgument(where + ": tensor '" + info.name + "' must be F32, BF16 or F16");
+  }
+}
+
+// Row `row` of a [N, ...] tensor in the mapping, as an fp32 tensor.
+torch::Tensor Row(const TensorInfo& info, int64_t row) {
+  std::vector<int64_t> shape(info.shape.begin() + 1, info.shape.end());
+  const size_t row_bytes = info.nbytes / static_cast<size_t>(info.shape[0]);
+  const torch::ScalarType type = info.dtype == DType::kBF16  ? torch::kBFloat16
+                                 : info.dtype == DType::kF16 ? torch::kHalf
+                                                             : torch::kFloat;
+  return torch::from_blob(const_cast<uint8_t*>(info.data) + row * row_bytes, shape, type)
+      .to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+}
 
 class ShardDataset : public LatentDataset {
  public:
   static Result<std::unique_ptr<LatentDataset>> Open(const std::string& dir, int64_t channels,
                                                      int64_t text_dim) {
     if (!fs::is_directory(dir)) return NotFound("data.path: " + dir + " is not a directory");
-    std::vector<std::string> paths;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
-    }
-    std::sort(paths.begin(), paths.end());
-    if (paths.empty()) return NotFound("data.path: no *.safetensors shards in " + dir);
     auto ds = std::make_unique<ShardDataset>();
+    std::vector<std::string> paths;
+    auto cache = ReadLatentCacheIndex(dir);
+    if (cache.ok()) {
+      ds->scaling_factor_ = cache->scaling_factor;
+      for (const auto& shard : cache->shards) {
+        if (shard.clips > 0) paths.push_back((fs::path(dir) / shard.file).string());
+      }
+      if (paths.empty()) {
+        return InvalidArgument("data.path: the cache " + dir + " holds no clip (" +
+                               std::to_string(cache->skipped_total) + " videos were skipped)");
+      }
+      auto empty = ReadTensorFile((fs::path(dir) / kEmptyCaptionFile).string());
+      if (!empty.ok()) return empty.status();
+      if (!empty->count("text_state")) {
+        return InvalidArgument(dir + "/" + kEmptyCaptionFile + ": no tensor 'text_state'");
+      }
+      ds->empty_text_ = empty->at("text_state").to(torch::kFloat);
+    } else if (cache.status().code() != StatusCode::kNotFound) {
+      return cache.status();
+    } else {
+      if (fs::exists(fs::path(dir) / "shards")) {
+        return FailedPrecondition("data.path: " + dir +
+                                  " is an unfinished latent cache (no index.json): run or resume "
+                                  "its preprocess job to the end first");
+      }
+      for (const auto& e : fs::directory_iterator(dir)) {
+        if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
+      }
+      std::sort(paths.begin(), paths.end());
+      if (paths.empty()) return NotFound("data.path: no *.safetensors shards in " + dir);
+    }
     for (const auto& p : paths) {
       auto file = SafetensorsFile::Open(p);
       if (!file.ok()) return file.status();
       Shard s;
       s.file = std::move(*file);
       s.latents = s.file->Find("latents");
+      s.mean = s.file->Find("latent_mean");
+      s.std = s.file->Find("latent_std");
       s.text = s.file->Find("text_states");
-      if (s.latents == nullptr || s.text == nullptr) {
-        return InvalidArgument(p + ": a latent shard needs tensors 'latents' and 'text_states'");
+      const TensorInfo* lat = cache.ok() ? s.mean : s.latents;
+      if (lat == nullptr || s.text == nullptr || (cache.ok() && s.std == nullptr)) {
+        return InvalidArgument(p + (cache.ok() ? ": a cache shard needs tensors 'latent_mean', "
+                                                 "'latent_std' and 'text_states'"
+                                               : ": a latent shard needs tensors 'latents' and "
+                                                 "'text_states'"));
       }
-      if (s.latents->dtype != DType::kF32 || s.text->dtype != DType::kF32) {
-        return InvalidArgument(p + ": 'latents' and 'text_states' must be F32");
+      for (const TensorInfo* info : {lat, s.std, s.text}) {
+        if (info != nullptr) ADCTL_RETURN_IF_ERROR(FloatType(*info, p).status());
       }
-      const auto& ls = s.latents->shape;
+      const auto& ls = lat->shape;
       const auto& ts = s.text->shape;
-      if (ls.size() != 5 || ts.size() != 3 || ls[0] != ts[0]) {
+      if (ls.size() != 5 || ts.size() != 3 || ls[0] != ts[0] ||
+          (s.std != nullptr && cache.ok() && s.std->shape != ls)) {
         return InvalidArgument(p + ": expected latents [N, C, F, h, w] and text_states [N, L, D]");
       }
       LatentShape shape{ls[1], ls[2], ls[3], ls[4], ts[1], ts[2]};
@@ -94,6 +153,7 @@ class ShardDataset : public LatentDataset {
         return InvalidArgument(p + ": shard has " + shape.ToString() + ", earlier shards " +
                                ds->shape_.ToString());
       }
+      if (!cache.ok()) s.mean = nullptr;  // plain shards: `latents` only
       s.first = ds->size_;
       s.count = ls[0];
       ds->size_ += s.count;
@@ -108,31 +168,48 @@ class ShardDataset : public LatentDataset {
                              std::to_string(ds->shape_.text_dim) +
                              ", the model's cross_attention_dim is " + std::to_string(text_dim));
     }
+    if (ds->empty_text_.defined() &&
+        ds->empty_text_.sizes() != torch::IntArrayRef({ds->shape_.text_len, text_dim})) {
+      return InvalidArgument(dir + "/" + kEmptyCaptionFile + ": text_state does not match [" +
+                             std::to_string(ds->shape_.text_len) + ", " +
+                             std::to_string(text_dim) + "]");
+    }
     return std::unique_ptr<LatentDataset>(std::move(ds));
   }
 
   int64_t size() const override { return size_; }
   const LatentShape& shape() const override { return shape_; }
+  bool has_empty_caption() const override { return empty_text_.defined(); }
 
   LatentSample Get(int64_t index) const override {
-    auto it = std::upper_bound(shards_.begin(), shards_.end(), index,
-                               [](int64_t i, const Shard& s) { return i < s.first; });
-    const Shard& s = *(it - 1);
+    const Shard& s = Find(index);
     const int64_t row = index - s.first;
-    auto slice = [row](const TensorInfo* info) {
-      std::vector<int64_t> shape(info->shape.begin() + 1, info->shape.end());
-      const size_t row_bytes = info->nbytes / static_cast<size_t>(info->shape[0]);
-      return torch::from_blob(const_cast<uint8_t*>(info->data) + row * row_bytes, shape,
-                              torch::kFloat)
-          .clone();
-    };
-    return {slice(s.latents), slice(s.text)};
+    if (s.mean == nullptr) return {Row(*s.latents, row), Row(*s.text, row)};
+    return {Row(*s.mean, row) * scaling_factor_, Row(*s.text, row)};
+  }
+
+  LatentSample Draw(int64_t index, at::Generator& gen, double caption_dropout) const override {
+    const Shard& s = Find(index);
+    if (s.mean == nullptr) return Get(index);
+    const int64_t row = index - s.first;
+    auto mean = Row(*s.mean, row);
+    auto latents = (mean + Row(*s.std, row) * torch::randn(mean.sizes(), gen)) * scaling_factor_;
+    const bool drop = torch::rand({1}, gen).item<double>() < caption_dropout;
+    return {latents, drop ? empty_text_.clone() : Row(*s.text, row)};
   }
 
  private:
+  const Shard& Find(int64_t index) const {
+    auto it = std::upper_bound(shards_.begin(), shards_.end(), index,
+                               [](int64_t i, const Shard& s) { return i < s.first; });
+    return *(it - 1);
+  }
+
   std::vector<Shard> shards_;
   int64_t size_ = 0;
   LatentShape shape_;
+  double scaling_factor_ = 1.0;
+  torch::Tensor empty_text_;
 };
 
 }  // namespace

@@ -1,7 +1,12 @@
-// Training data for the engine before the video pipeline: clips already encoded to latents.
+// Training data for the engine: clips already encoded to latents.
 //
-// A latent dataset is a directory of safetensors shards, each holding `latents` [N, 4, F, h, w]
-// and `text_states` [N, L, D] (CLIP last hidden states, one per clip). Shards are mapped, not
+// Two on-disk forms. A latent cache written by a preprocess job (worker/data/preprocess.h,
+// docs/real-data.md) has an `index.json`, shards under `shards/` holding per-clip latent
+// `latent_mean` / `latent_std` [N, 4, F, h, w] and `text_states` [N, L, D] (bf16 or fp16), and
+// the empty caption's text state; each draw samples latent = (mean + std·ε) × scaling_factor and
+// swaps in the empty caption with probability `caption_dropout`, both from the caller's
+// generator (so from the data position). A plain directory of shards holding `latents` and
+// `text_states` (F32; `adworker make-synthetic`) is read as is. Shards are mapped, not
 // read into memory; a sample is copied out on demand. The synthetic source generates clips
 // deterministically from (seed, index): a random latent field that drifts one pixel per frame
 // in a per-clip direction (so a motion module has something to learn), and text states that
@@ -35,7 +40,17 @@ class LatentDataset {
   virtual ~LatentDataset() = default;
   virtual int64_t size() const = 0;
   virtual const LatentShape& shape() const = 0;
+  // The clip's deterministic form (a cache: mean × scaling_factor, its own caption).
   virtual LatentSample Get(int64_t index) const = 0;
+  // One training draw: a cache samples the latent and applies caption dropout with `gen`;
+  // deterministic sources return Get(index).
+  virtual LatentSample Draw(int64_t index, at::Generator& gen, double caption_dropout) const {
+    (void)gen;
+    (void)caption_dropout;
+    return Get(index);
+  }
+  // Whether Draw can swap in an empty caption (the source stores its text state).
+  virtual bool has_empty_caption() const { return false; }
 };
 
 // Opens `spec.data` (synthetic or latents). `text_dim` is the model's cross-attention width

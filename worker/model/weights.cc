@@ -1,5 +1,6 @@
 #include "worker/model/weights.h"
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -88,15 +89,24 @@ std::string FirstFew(const std::vector<std::string>& keys) {
   return out;
 }
 
-Result<std::string> FindWeights(const std::string& dir) {
-  for (const char* name : {"diffusion_pytorch_model.safetensors", "model.safetensors"}) {
+}  // namespace
+
+Result<std::string> FindModelWeights(const std::string& dir) {
+  if (!fs::is_directory(dir)) return NotFound(dir + ": no such model directory");
+  for (const char* name :
+       {"diffusion_pytorch_model.safetensors", "model.safetensors",
+        "diffusion_pytorch_model.fp16.safetensors", "model.fp16.safetensors"}) {
     const auto p = fs::path(dir) / name;
     if (fs::exists(p)) return p.string();
   }
-  return NotFound(dir + ": no diffusion_pytorch_model.safetensors");
+  std::string found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    found += (found.empty() ? "" : ", ") + e.path().filename().string();
+  }
+  return NotFound(dir + ": no diffusion_pytorch_model[.fp16].safetensors or " +
+                  "model[.fp16].safetensors (found: " + (found.empty() ? "nothing" : found) +
+                  "; .bin weights: convert them to safetensors)");
 }
-
-}  // namespace
 
 Result<TensorMap> ReadTensorFile(const std::string& path) {
   auto file = SafetensorsFile::Open(path);
@@ -125,6 +135,79 @@ Status WriteTensorFile(const std::string& path, const TensorMap& tensors,
                      static_cast<size_t>(cpu.numel() * cpu.element_size())});
   }
   return WriteSafetensors(path, items, metadata);
+}
+
+namespace {
+
+// Tensors of an unpickled `torch.save` payload: a {name: tensor} dict, or one wrapped in
+// {"state_dict": {...}}; non-tensor entries (epoch, global_step, animatediff_config) dropped.
+Status CollectPickledTensors(const c10::IValue& value, const std::string& path, TensorMap& out) {
+  if (!value.isGenericDict()) {
+    return InvalidArgument(path + ": a PyTorch checkpoint holding " + value.tagKind() +
+                           ", expected a dict of tensors");
+  }
+  const auto dict = value.toGenericDict();
+  for (const auto& entry : dict) {
+    if (entry.key().isString() && entry.key().toStringRef() == "state_dict") {
+      return CollectPickledTensors(entry.value(), path, out);
+    }
+  }
+  for (const auto& entry : dict) {
+    if (!entry.key().isString() || !entry.value().isTensor()) continue;
+    out[entry.key().toStringRef()] = entry.value().toTensor().contiguous();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TensorMap> ReadMotionModuleFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": motion module file not found or unreadable");
+  char magic[8] = {0};
+  in.read(magic, sizeof(magic));
+  const auto got = in.gcount();
+  if (got >= 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0) {
+    // torch.save's zip format (PyTorch >= 1.6): data.pkl plus one file per storage.
+    in.seekg(0, std::ios::end);
+    std::vector<char> bytes(static_cast<size_t>(in.tellg()));
+    in.seekg(0);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!in) return DataLoss(path + ": cannot read");
+    c10::IValue value;
+    try {
+      value = torch::pickle_load(bytes);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      what = what.substr(0, what.find('\n'));
+      return InvalidArgument(path + ": a zip file but not a loadable PyTorch checkpoint: " + what);
+    }
+    TensorMap out;
+    ADCTL_RETURN_IF_ERROR(CollectPickledTensors(value, path, out));
+    if (out.empty()) return InvalidArgument(path + ": a PyTorch checkpoint without tensors");
+    return out;
+  }
+  if (got >= 2 && static_cast<unsigned char>(magic[0]) == 0x80) {
+    return InvalidArgument(path +
+                           ": a legacy (pre-zip) PyTorch pickle; re-save it with torch.save in "
+                           "PyTorch >= 1.6 or convert it to safetensors");
+  }
+  if (got == 8) {
+    uint64_t header = 0;
+    std::memcpy(&header, magic, 8);  // little-endian hosts only (x86, arm64)
+    char first = 0;
+    in.read(&first, 1);
+    if (header > 1 && header < (uint64_t{100} << 20) && first == '{') return ReadTensorFile(path);
+  }
+  std::string shown;
+  for (int i = 0; i < got; ++i) {
+    const unsigned char c = static_cast<unsigned char>(magic[i]);
+    char b[8];
+    std::snprintf(b, sizeof(b), c >= 32 && c < 127 ? "%c" : "\\x%02x", c);
+    shown += b;
+  }
+  return InvalidArgument(path + ": neither safetensors nor a PyTorch .ckpt (zip) file; it starts "
+                                "with \"" + shown + "\"");
 }
 
 std::string AnimateDiffKeyToDiffusers(const std::string& key) {
@@ -214,7 +297,7 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
 
   TensorMap motion_tensors;
   if (!src.motion_module_file.empty()) {
-    auto raw = ReadTensorFile(src.motion_module_file);
+    auto raw = ReadMotionModuleFile(src.motion_module_file);
     if (!raw.ok()) return raw.status();
     bool has_mid = false;
     for (const auto& [k, t] : *raw) {
@@ -224,7 +307,12 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
       motion_tensors[mapped] = t;
     }
     if (motion_tensors.empty()) {
-      return InvalidArgument(src.motion_module_file + ": no motion-module tensors found");
+      std::vector<std::string> keys;
+      for (const auto& [k, t] : *raw) keys.push_back(k);
+      return InvalidArgument(src.motion_module_file +
+                             ": no AnimateDiff motion-module tensors ('...motion_modules...') "
+                             "found; its tensors are: " +
+                             (keys.empty() ? std::string("none") : FirstFew(keys)));
     }
     motion_cfg.use_mid_block = has_mid;
     if (src.motion_adapter.empty()) {
@@ -254,7 +342,7 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
   LoadedUNet out;
   out.model = UNet3D(*unet_cfg, motion_cfg);
   out.motion_format = motion_format;
-  auto weights_path = FindWeights(unet_dir);
+  auto weights_path = FindModelWeights(unet_dir);
   if (!weights_path.ok()) return weights_path.status();
   auto base = ReadTensorFile(*weights_path);
   if (!base.ok()) return base.status();
@@ -278,7 +366,7 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
           LoadStrict(*out.model, motion_tensors, IsMotionWeight, src.motion_module_file));
       out.motion_loaded = true;
     } else if (!src.motion_adapter.empty()) {
-      auto adapter_path = FindWeights(src.motion_adapter);
+      auto adapter_path = FindModelWeights(src.motion_adapter);
       if (!adapter_path.ok()) return adapter_path.status();
       auto adapter = ReadTensorFile(*adapter_path);
       if (!adapter.ok()) return adapter.status();

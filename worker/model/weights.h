@@ -26,6 +26,16 @@ Result<TensorMap> ReadTensorFile(const std::string& path);
 Status WriteTensorFile(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
+// The weights file of a diffusers/transformers model folder: `diffusion_pytorch_model` or
+// `model` `.safetensors`, else their `.fp16.safetensors` variants. The error lists what is there.
+Result<std::string> FindModelWeights(const std::string& dir);
+
+// An original AnimateDiff motion-module file as users download it: safetensors, or a
+// `torch.save` .ckpt (zip format, PyTorch >= 1.6) holding a {name: tensor} dict, bare or under
+// "state_dict". Keys are returned as stored (map them with AnimateDiffKeyToDiffusers). A file
+// that is neither is an error naming what it starts with.
+Result<TensorMap> ReadMotionModuleFile(const std::string& path);
+
 // Original AnimateDiff motion-module key → diffusers key ("" for keys that are dropped:
 // non-motion keys and `pos_encoder.pe`). Strips a DDP "module." prefix.
 std::string AnimateDiffKeyToDiffusers(const std::string& key);

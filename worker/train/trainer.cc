@@ -17,6 +17,7 @@
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
 #include "worker/exit_codes.h"
+#include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
 #include "worker/train/optimizer.h"
 
@@ -105,8 +106,22 @@ class Run {
     if (!fits.ok()) return Failure{kExitBadSpec, fits.ToString()};
     sampler_ = std::make_unique<DistributedSampler>(dataset_->size(), o_.rank, o_.world_size,
                                                     static_cast<uint64_t>(spec_.train.seed));
-    auto schedule = NoiseSchedule::Make(spec_.train.beta_schedule, spec_.train.beta_start,
-                                        spec_.train.beta_end, spec_.train.num_train_timesteps);
+    if (spec_.train.caption_dropout > 0 && !dataset_->has_empty_caption()) {
+      reporter_.OnEvent(EventLevel::kInfo,
+                        "train.caption_dropout: the dataset stores no empty-caption text state, "
+                        "so no caption is dropped");
+    }
+    const auto& t = spec_.train;
+    SchedulerConfig sc{t.beta_schedule, t.beta_start, t.beta_end, t.num_train_timesteps,
+                       t.prediction_type};
+    if (t.beta_schedule == "pretrained") {
+      auto read = ReadSchedulerConfig(spec_.model.pretrained);
+      if (!read.ok()) return Failure{kExitModelError, read.status().ToString()};
+      sc = *read;
+    }
+    v_prediction_ = sc.prediction_type == "v_prediction";
+    auto schedule =
+        NoiseSchedule::Make(sc.beta_schedule, sc.beta_start, sc.beta_end, sc.num_train_timesteps);
     if (!schedule.ok()) return Failure{kExitBadSpec, schedule.status().ToString()};
     schedule_ = std::make_unique<NoiseSchedule>(*schedule);
 
@@ -164,6 +179,11 @@ class Run {
       }
     } else {
       ModelSources src{m.unet2d, m.motion_adapter, m.unet_motion, m.motion_module_file};
+      if (!m.pretrained.empty()) {
+        auto unet = PretrainedComponent(m.pretrained, "unet");
+        if (!unet.ok()) return Failure{kExitModelError, unet.status().ToString()};
+        src.unet2d = *unet;
+      }
       auto loaded = LoadUNet3D(src, m.motion_norm);
       if (!loaded.ok()) return Failure{kExitModelError, loaded.status().ToString()};
       model_ = loaded->model;
@@ -400,14 +420,17 @@ class Run {
   HostBatch DrawHostBatch() {
     const auto indices = sampler_->Next(spec_.train.batch_size);
     std::vector<torch::Tensor> x0, text, noise, steps;
+    const auto& shape = dataset_->shape();
     for (size_t i = 0; i < indices.size(); ++i) {
-      auto sample = dataset_->Get(indices[i]);
-      // Noise and timestep depend only on the seed and the sample's run-wide position.
+      // Noise, timestep, the latent draw and caption dropout depend only on the seed and the
+      // sample's run-wide position.
       auto gen = at::detail::createCPUGenerator(
           static_cast<uint64_t>(spec_.train.seed) * 0x9E3779B97F4A7C15ULL +
           static_cast<uint64_t>(sampler_->GlobalPosition(static_cast<int64_t>(i))));
-      noise.push_back(torch::randn(sample.latents.sizes(), gen));
+      noise.push_back(
+          torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
       steps.push_back(torch::randint(0, schedule_->num_train_timesteps(), {1}, gen, torch::kLong));
+      auto sample = dataset_->Draw(indices[i], gen, spec_.train.caption_dropout);
       x0.push_back(sample.latents);
       text.push_back(sample.text);
     }
@@ -436,9 +459,7 @@ class Run {
     auto eps = h.noise.to(device_, /*non_blocking=*/true);
     b.timesteps = h.timesteps.to(device_);
     b.noisy = schedule_->AddNoise(latents, eps, b.timesteps).to(compute_dtype_);
-    b.target = spec_.train.prediction_type == "v_prediction"
-                   ? schedule_->Velocity(latents, eps, b.timesteps)
-                   : eps;
+    b.target = v_prediction_ ? schedule_->Velocity(latents, eps, b.timesteps) : eps;
     b.text = h.text.to(device_, /*non_blocking=*/true).to(compute_dtype_);
     return b;
   }
@@ -458,6 +479,7 @@ class Run {
   Reporter& reporter_;
   torch::Device device_{torch::kCPU};
   torch::ScalarType compute_dtype_ = torch::kFloat;
+  bool v_prediction_ = false;
   std::string checkpoint_root_;
   std::string resumed_from_;
   UNet3D model_{nullptr};

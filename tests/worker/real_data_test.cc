@@ -1,0 +1,229 @@
+// Real data through the real adworker binary on the CPU: a tiny SD folder and encoded videos
+// made by adworker itself, preprocessed into a latent cache (bad videos skipped and counted, a
+// killed run resumed without losing or duplicating a clip, other settings refused), then
+// trained on with caption dropout.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/safetensors.h"
+#include "worker/data/latent_cache.h"
+#include "worker/data/preprocess.h"
+#include "worker/exit_codes.h"
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+int Run(const std::vector<std::string>& args, const std::string& log,
+        std::chrono::seconds limit = std::chrono::seconds(240), pid_t* started = nullptr,
+        const std::function<bool()>& kill_when = nullptr) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    (void)f;
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  if (started != nullptr) *started = pid;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline || (kill_when && kill_when())) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -9;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// One tiny SD folder and video set for the whole suite (making them costs seconds).
+class RealDataTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("adctl-realdata-" + std::to_string(::getpid()));
+    fs::create_directories(root_);
+    ASSERT_EQ(Run({ADWORKER, "make-tiny-pretrained", "--out", (root_ / "sd").string()},
+                  (root_ / "make-sd.log").string()),
+              0)
+        << ReadAll((root_ / "make-sd.log").string());
+    ASSERT_EQ(Run({ADWORKER, "make-videos", "--out", (root_ / "videos").string(), "--clips", "8"},
+                  (root_ / "make-videos.log").string()),
+              0)
+        << ReadAll((root_ / "make-videos.log").string());
+    // Three broken rows: a missing file, a text file named .mp4, a video cut in half.
+    const auto videos = root_ / "videos";
+    std::ofstream(videos / "notavideo.mp4") << "this is not a video\n";
+    std::string first;
+    for (const auto& e : fs::directory_iterator(videos)) {
+      if (e.path().extension() == ".mp4" && e.path().filename() != "notavideo.mp4") {
+        first = e.path().string();
+        break;
+      }
+    }
+    ASSERT_FALSE(first.empty());
+    const std::string bytes = ReadAll(first);
+    std::ofstream(videos / "halfcut.mp4", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    std::ofstream(videos / "videos.csv", std::ios::app)
+        << "missing1,\"a clip that, alas, is gone\",x\n"
+        << "notavideo,a text file,x\n"
+        << "halfcut,half of a video,x\n";
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  std::string WriteSpec(const std::string& name, const std::string& yaml) {
+    const auto path = root_ / (name + ".yaml");
+    std::ofstream(path) << yaml;
+    return path.string();
+  }
+
+  std::string PreprocessSpec(const std::string& out, int64_t frames, int64_t shard_size) {
+    return "kind: preprocess\n"
+           "model: {pretrained: " + (root_ / "sd").string() + "}\n"
+           "data: {kind: video, csv: " + (root_ / "videos" / "videos.csv").string() +
+           ", video_dir: " + (root_ / "videos").string() + ", frames: " + std::to_string(frames) +
+           ", stride: 2, sample_height: 32, sample_width: 32}\n"
+           "preprocess: {output: " + out + ", shard_size: " + std::to_string(shard_size) +
+           ", decode_threads: 2}\n";
+  }
+
+  static fs::path root_;
+};
+
+fs::path RealDataTest::root_;
+
+TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache) {
+  const std::string cache = (root_ / "cache").string();
+  const auto spec = WriteSpec("pre", PreprocessSpec(cache, 4, 2));
+  const auto job = (root_ / "job-pre").string();
+  fs::create_directories(job);
+  // Killed as soon as its first shard is committed.
+  const int killed = Run({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job},
+                         (root_ / "pre-1.log").string(), std::chrono::seconds(240), nullptr, [&] {
+                           return fs::exists(fs::path(cache) / CacheShardName(0));
+                         });
+  ASSERT_EQ(killed, -9) << ReadAll((root_ / "pre-1.log").string());
+  ASSERT_FALSE(fs::exists(fs::path(cache) / kCacheIndexFile));
+  const auto first_shard_time = fs::last_write_time(fs::path(cache) / CacheShardName(0));
+
+  // The resumed run (two ranks this time) keeps the committed shard and finishes the rest.
+  std::vector<std::thread> ranks;
+  std::vector<int> codes(2, -1);
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      codes[r] = Run({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job, "--rank",
+                      std::to_string(r), "--world-size", "2"},
+                     (root_ / ("pre-2-rank" + std::to_string(r) + ".log")).string());
+    });
+  }
+  for (auto& t : ranks) t.join();
+  const std::string log0 = ReadAll((root_ / "pre-2-rank0.log").string());
+  ASSERT_EQ(codes[0], 0) << log0;
+  ASSERT_EQ(codes[1], 0) << ReadAll((root_ / "pre-2-rank1.log").string());
+  EXPECT_EQ(fs::last_write_time(fs::path(cache) / CacheShardName(0)), first_shard_time);
+
+  auto index = ReadLatentCacheIndex(cache);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->clips, 8);
+  EXPECT_EQ(index->skipped_total, 3);
+  EXPECT_EQ(index->skipped["missing"], 1);
+  EXPECT_EQ(index->skipped.count("unreadable") + index->skipped.count("truncated"), 2u)
+      << Json(index->skipped).dump();
+  // Every good video exactly once across the shards, in CSV order.
+  std::vector<std::string> ids;
+  for (const auto& shard : index->shards) {
+    auto file = SafetensorsFile::Open((fs::path(cache) / shard.file).string());
+    ASSERT_TRUE(file.ok());
+    for (const auto& id : Json::parse((*file)->metadata().at("video_ids"))) ids.push_back(id);
+    if (shard.clips > 0) {
+      const auto* mean = (*file)->Find("latent_mean");
+      ASSERT_NE(mean, nullptr);
+      EXPECT_EQ(mean->dtype, DType::kBF16);
+      // [n, 4, F, 32/4, 32/4]: the tiny VAE downsamples 4x.
+      EXPECT_EQ(mean->shape, (std::vector<int64_t>{shard.clips, 4, 4, 8, 8}));
+    }
+  }
+  EXPECT_EQ(ids.size(), 8u);
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 8u);
+  EXPECT_NE(log0.find("skipped video missing1 (missing)"), std::string::npos) << log0;
+  EXPECT_TRUE(fs::exists(fs::path(cache) / kEmptyCaptionFile));
+
+  // Training on the cache, with caption dropout.
+  const auto train = WriteSpec("train", "model: {pretrained: " + (root_ / "sd").string() +
+                                            "}\n"
+                                            "data: {kind: latents, path: " + cache +
+                                            "}\n"
+                                            "train: {max_steps: 3, batch_size: 2, "
+                                            "caption_dropout: 0.5}\n"
+                                            "checkpoint: {every_steps: 0}\n");
+  const auto train_dir = (root_ / "job-train").string();
+  fs::create_directories(train_dir);
+  const int trained = Run({ADWORKER, "train", "--spec", train, "--job-dir", train_dir,
+                           "--metrics-out", train_dir + "/metrics.jsonl"},
+                          (root_ / "train.log").string());
+  ASSERT_EQ(trained, 0) << ReadAll((root_ / "train.log").string());
+  EXPECT_NE(ReadAll(train_dir + "/metrics.jsonl").find("\"step\":3"), std::string::npos);
+
+  // The same output with other settings is refused, naming what differs.
+  const auto other = WriteSpec("pre-other", PreprocessSpec(cache, 6, 2));
+  const int refused = Run({ADWORKER, "preprocess", "--spec", other, "--job-dir", job},
+                          (root_ / "pre-3.log").string());
+  EXPECT_EQ(refused, kExitBadSpec);
+  const std::string log3 = ReadAll((root_ / "pre-3.log").string());
+  EXPECT_NE(log3.find("other settings"), std::string::npos) << log3;
+  EXPECT_NE(log3.find("frames 4"), std::string::npos) << log3;
+}
+
+TEST_F(RealDataTest, DatasetWithoutAnyVideoFailsBeforeLoadingModels) {
+  const auto csv = root_ / "empty.csv";
+  std::ofstream(csv) << "videoid,name,page_dir\nnope1,gone,x\nnope2,gone too,x\n";
+  const auto spec = WriteSpec(
+      "nothing", "kind: preprocess\nmodel: {pretrained: " + (root_ / "sd").string() +
+                     "}\ndata: {kind: video, csv: " + csv.string() + ", video_dir: " +
+                     (root_ / "videos").string() + "}\npreprocess: {output: " +
+                     (root_ / "cache-none").string() + "}\n");
+  const int rc = Run({ADWORKER, "preprocess", "--spec", spec, "--job-dir", root_.string()},
+                     (root_ / "nothing.log").string());
+  EXPECT_EQ(rc, kExitDataError);
+  const std::string log = ReadAll((root_ / "nothing.log").string());
+  EXPECT_NE(log.find("none of the 2 videos listed"), std::string::npos) << log;
+}
+
+TEST(PrepareFrames, ResizesTheShortSideAndCropsTheCenter) {
+  // A 40x80 frame whose left half is black and right half white, with a red column at x = 40.
+  auto frames = torch::zeros({2, 40, 80, 3}, torch::kByte);
+  frames.slice(2, 40, 80).fill_(255);
+  auto out = PrepareFrames(frames, 20, 20);
+  ASSERT_EQ(out.sizes(), torch::IntArrayRef({2, 3, 20, 20}));
+  // Resized to 20x40, cropped to columns [10, 30): black on the left, white on the right.
+  EXPECT_NEAR(out[0][0][10][0].item<double>(), -1.0, 1e-5);
+  EXPECT_NEAR(out[0][0][10][19].item<double>(), 1.0, 1e-5);
+  EXPECT_LE(out.max().item<double>(), 1.0 + 1e-6);
+  EXPECT_GE(out.min().item<double>(), -1.0 - 1e-6);
+}
+
+}  // namespace
+}  // namespace adctl

@@ -1,0 +1,91 @@
+#include "worker/data/latent_cache.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace adctl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal(tmp + ": cannot create: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return Internal(tmp + ": write failed: " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return Internal(tmp + ": fsync/close failed");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Internal(path + ": rename failed: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string CacheShardName(int64_t shard) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s/shard-%05lld.safetensors", kCacheShardDir,
+                static_cast<long long>(shard));
+  return name;
+}
+
+Result<LatentCacheIndex> ReadLatentCacheIndex(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kCacheIndexFile;
+  std::ifstream in(path);
+  if (!in) return NotFound(path.string() + ": no cache index");
+  std::stringstream text;
+  text << in.rdbuf();
+  LatentCacheIndex index;
+  try {
+    const auto j = nlohmann::json::parse(text.str());
+    if (j.value("format", std::string()) != "adctl-latent-cache") {
+      return InvalidArgument(path.string() + ": not an adctl latent cache index");
+    }
+    index.settings_hash = j.at("settings_hash").get<std::string>();
+    index.settings = j.at("settings");
+    index.scaling_factor = j.at("scaling_factor").get<double>();
+    for (const auto& s : j.at("shards")) {
+      index.shards.push_back({s.at("file").get<std::string>(), s.at("clips").get<int64_t>()});
+    }
+    index.clips = j.at("clips").get<int64_t>();
+    index.skipped = j.at("skipped").get<std::map<std::string, int64_t>>();
+    for (const auto& [reason, n] : index.skipped) index.skipped_total += n;
+  } catch (const std::exception& e) {
+    return InvalidArgument(path.string() + ": malformed cache index: " + e.what());
+  }
+  return index;
+}
+
+Status WriteLatentCacheIndex(const std::string& dir, const LatentCacheIndex& index) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& s : index.shards) shards.push_back({{"file", s.file}, {"clips", s.clips}});
+  const nlohmann::json j = {{"format", "adctl-latent-cache"},
+                            {"version", 1},
+                            {"settings_hash", index.settings_hash},
+                            {"settings", index.settings},
+                            {"scaling_factor", index.scaling_factor},
+                            {"clips", index.clips},
+                            {"skipped", index.skipped},
+                            {"shards", shards}};
+  return WriteFileAtomically((fs::path(dir) / kCacheIndexFile).string(), j.dump(2) + "\n");
+}
+
+}  // namespace adctl

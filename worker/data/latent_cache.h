@@ -1,0 +1,53 @@
+// The latent cache a preprocess job writes and training reads (docs/real-data.md):
+//
+//   <dir>/index.json                 written last, by rank 0: settings, their hash, the shards,
+//                                    clip and skip counts, the VAE scaling factor
+//   <dir>/empty_caption.safetensors  `text_state` [L, D]: the empty caption (caption dropout)
+//   <dir>/shards/shard-NNNNN.safetensors
+//       latent_mean, latent_std [n, C, F, h, w] and text_states [n, L, D] (bf16 or fp16);
+//       metadata: settings_hash, video_ids and captions (JSON lists), skipped (JSON list of
+//       {video_id, reason, detail}). A shard whose clips were all skipped has no tensors.
+//
+// Shard k covers CSV rows [k·shard_size, (k+1)·shard_size); each is written to a temporary name
+// and renamed, so a shard file is complete or absent and a killed job resumes by skipping the
+// shards present. Torch-free; plain value types.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace adctl {
+
+inline constexpr const char* kCacheIndexFile = "index.json";
+inline constexpr const char* kEmptyCaptionFile = "empty_caption.safetensors";
+inline constexpr const char* kCacheShardDir = "shards";
+
+struct CacheShardEntry {
+  std::string file;  // relative to the cache directory
+  int64_t clips = 0;
+};
+
+struct LatentCacheIndex {
+  std::string settings_hash;  // sha256 of `settings` (canonical JSON)
+  nlohmann::json settings;    // what the cache depends on: sizes, frames, models' hashes, ...
+  double scaling_factor = 0.18215;
+  std::vector<CacheShardEntry> shards;
+  int64_t clips = 0;
+  std::map<std::string, int64_t> skipped;  // reason → videos
+  int64_t skipped_total = 0;
+};
+
+// NotFound when `dir` has no index.json (not a cache, or not finished); other errors name the
+// file and the problem.
+Result<LatentCacheIndex> ReadLatentCacheIndex(const std::string& dir);
+// Writes index.json atomically (temporary file, fsync, rename).
+Status WriteLatentCacheIndex(const std::string& dir, const LatentCacheIndex& index);
+// "shards/shard-00012.safetensors"
+std::string CacheShardName(int64_t shard);
+
+}  // namespace adctl

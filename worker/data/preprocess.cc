@@ -1,0 +1,572 @@
+#include "worker/data/preprocess.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "common/safetensors.h"
+#include "common/sha256.h"
+#include "worker/data/latent_cache.h"
+#include "worker/exit_codes.h"
+#include "worker/model/clip_text.h"
+#include "worker/model/pretrained.h"
+#include "worker/model/vae.h"
+#include "worker/model/weights.h"
+#include "worker/text/clip_tokenizer.h"
+#include "worker/video/frame_sampling.h"
+#include "worker/video/video_csv.h"
+#include "worker/video/video_reader.h"
+
+namespace adctl {
+
+namespace fs = std::filesystem;
+namespace F = torch::nn::functional;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+torch::Tensor PrepareFrames(const torch::Tensor& frames_u8, int64_t height, int64_t width) {
+  auto x = frames_u8.permute({0, 3, 1, 2}).to(torch::kFloat).div(255.0);  // [F, 3, H, W]
+  const int64_t h = x.size(2), w = x.size(3);
+  // torchvision Resize(size) on the short side, generalised to cover a non-square h × w.
+  const double scale = std::max(static_cast<double>(height) / static_cast<double>(h),
+                                static_cast<double>(width) / static_cast<double>(w));
+  int64_t new_h, new_w;
+  if (h <= w) {
+    new_h = std::max<int64_t>(height, static_cast<int64_t>(std::llround(h * scale)));
+    new_w = static_cast<int64_t>(static_cast<double>(new_h) * w / h);  // torchvision truncates
+  } else {
+    new_w = std::max<int64_t>(width, static_cast<int64_t>(std::llround(w * scale)));
+    new_h = static_cast<int64_t>(static_cast<double>(new_w) * h / w);
+  }
+  new_h = std::max(new_h, height);
+  new_w = std::max(new_w, width);
+  if (new_h != h || new_w != w) {
+    x = F::interpolate(x, F::InterpolateFuncOptions()
+                              .size(std::vector<int64_t>{new_h, new_w})
+                              .mode(torch::kBilinear)
+                              .align_corners(false)
+                              .antialias(true));
+  }
+  // torchvision CenterCrop: offsets rounded half to even of (size − crop) / 2.
+  const int64_t top = static_cast<int64_t>(std::nearbyint((new_h - height) / 2.0));
+  const int64_t left = static_cast<int64_t>(std::nearbyint((new_w - width) / 2.0));
+  x = x.slice(2, top, top + height).slice(3, left, left + width);
+  return (x * 2.0 - 1.0).contiguous();
+}
+
+namespace {
+
+struct Failure {
+  int exit_code;
+  std::string message;
+};
+
+// One CSV row after decoding: the prepared pixels, or why it was skipped.
+struct DecodedClip {
+  int64_t row = 0;
+  std::string video_id, caption;
+  torch::Tensor pixels;  // [F, 3, H, W] in [−1, 1]; undefined when skipped
+  std::string skip_reason, skip_detail;
+};
+
+std::string ShortMessage(const Status& st) {
+  std::string m = st.message();
+  return m.size() > 300 ? m.substr(0, 300) + "..." : m;
+}
+
+// sha256 of a model folder's config and weights file (what the cache depends on).
+Result<std::string> HashModelDir(const std::string& dir) {
+  auto weights = FindModelWeights(dir);
+  if (!weights.ok()) return weights.status();
+  std::string joined;
+  for (const std::string& path : {dir + "/config.json", *weights}) {
+    auto h = Sha256File(path);
+    if (!h.ok()) return h.status();
+    joined += *h;
+  }
+  return Sha256Hex(joined);
+}
+
+Result<std::string> HashFiles(const std::vector<std::string>& paths) {
+  std::string joined;
+  for (const auto& path : paths) {
+    if (!fs::exists(path)) continue;
+    auto h = Sha256File(path);
+    if (!h.ok()) return h.status();
+    joined += fs::path(path).filename().string() + ":" + *h;
+  }
+  return Sha256Hex(joined);
+}
+
+Status WriteShardAtomically(const std::string& path, const TensorMap& tensors,
+                            const std::map<std::string, std::string>& metadata) {
+  const std::string tmp = path + ".tmp";
+  if (tensors.empty()) {
+    ADCTL_RETURN_IF_ERROR(WriteSafetensors(tmp, {}, metadata));
+  } else {
+    ADCTL_RETURN_IF_ERROR(WriteTensorFile(tmp, tensors, metadata));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Internal(path + ": rename failed: " + ec.message());
+  return Status::Ok();
+}
+
+class Preprocess {
+ public:
+  explicit Preprocess(const TrainerOptions& o)
+      : o_(o), spec_(o.spec), reporter_(*o.reporter), out_(o.spec.preprocess.output) {}
+
+  int Execute() {
+    try {
+      if (auto f = Setup()) return Fail(*f);
+      if (auto f = Run()) return Fail(*f);
+      return kExitOk;
+    } catch (const std::exception& e) {
+      return Fail({kExitCrash, std::string("preprocess: ") + e.what()});
+    }
+  }
+
+ private:
+  int Fail(const Failure& f) {
+    reporter_.OnEvent(EventLevel::kError, f.message);
+    return f.exit_code;
+  }
+
+  std::optional<Failure> Setup() {
+    const auto& d = spec_.data;
+    VideoCsvOptions csv_options;
+    csv_options.id_column = d.id_column;
+    csv_options.caption_column = d.caption_column;
+    csv_options.file_pattern = d.file_pattern;
+    auto entries = ReadVideoCsv(d.csv, d.video_dir, csv_options);
+    if (!entries.ok()) return Failure{kExitDataError, entries.status().ToString()};
+    entries_ = std::move(*entries);
+    if (spec_.preprocess.max_clips > 0 &&
+        static_cast<int64_t>(entries_.size()) > spec_.preprocess.max_clips) {
+      entries_.resize(static_cast<size_t>(spec_.preprocess.max_clips));
+    }
+    if (entries_.empty()) return Failure{kExitDataError, "data.csv: " + d.csv + " lists no video"};
+    // A dataset without a single video file fails here, before any model or GPU is taken.
+    const bool any = std::any_of(entries_.begin(), entries_.end(),
+                                 [](const VideoEntry& e) { return fs::exists(e.path); });
+    if (!any) {
+      return Failure{kExitDataError, "data: none of the " + std::to_string(entries_.size()) +
+                                         " videos listed in " + d.csv + " exists (first: " +
+                                         entries_.front().path + ")"};
+    }
+    shard_size_ = spec_.preprocess.shard_size;
+    num_shards_ = (static_cast<int64_t>(entries_.size()) + shard_size_ - 1) / shard_size_;
+
+    const auto& pretrained = spec_.model.pretrained;
+    auto vae_dir = PretrainedComponent(pretrained, "vae");
+    auto text_dir = PretrainedComponent(pretrained, "text_encoder");
+    auto tok_dir = PretrainedComponent(pretrained, "tokenizer");
+    for (const auto* r : {&vae_dir, &text_dir, &tok_dir}) {
+      if (!r->ok()) return Failure{kExitModelError, r->status().ToString()};
+    }
+    if (auto f = ComputeSettings(*vae_dir, *text_dir, *tok_dir)) return f;
+    if (auto f = CheckExistingCache()) return f;
+
+    device_ = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
+                                          : torch::Device(torch::kCPU);
+    const std::string precision = spec_.train.precision == "auto"
+                                      ? (device_.is_cuda() ? "bf16" : "fp32")
+                                      : spec_.train.precision;
+    compute_dtype_ = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+    store_dtype_ = spec_.preprocess.dtype == "fp16" ? torch::kHalf : torch::kBFloat16;
+
+    auto tokenizer = ClipTokenizer::Load(*tok_dir);
+    if (!tokenizer.ok()) return Failure{kExitModelError, tokenizer.status().ToString()};
+    tokenizer_.emplace(std::move(*tokenizer));
+    auto text = LoadClipTextModel(*text_dir);
+    if (!text.ok()) return Failure{kExitModelError, text.status().ToString()};
+    text_encoder_ = *text;
+    if (tokenizer_->vocab_size() > text_encoder_->config().vocab_size) {
+      return Failure{kExitModelError,
+                     "model.pretrained: the tokenizer has " +
+                         std::to_string(tokenizer_->vocab_size()) +
+                         " tokens, the text encoder's vocabulary " +
+                         std::to_string(text_encoder_->config().vocab_size)};
+    }
+    auto vae = LoadAutoencoderKL(*vae_dir);
+    if (!vae.ok()) return Failure{kExitModelError, vae.status().ToString()};
+    vae_ = *vae;
+    text_encoder_->to(device_, compute_dtype_);
+    vae_->to(device_, compute_dtype_);
+    reporter_.OnEvent(EventLevel::kInfo,
+                      "preprocess: " + std::to_string(entries_.size()) + " videos in " +
+                          std::to_string(num_shards_) + " shards of " +
+                          std::to_string(shard_size_) + " → " + out_ + " (settings " +
+                          settings_hash_.substr(0, 12) + ")");
+    return std::nullopt;
+  }
+
+  std::optional<Failure> ComputeSettings(const std::string& vae_dir, const std::string& text_dir,
+                                         const std::string& tok_dir) {
+    const auto& d = spec_.data;
+    const auto& p = spec_.preprocess;
+    auto csv_hash = Sha256File(d.csv);
+    auto vae_hash = HashModelDir(vae_dir);
+    auto text_hash = HashModelDir(text_dir);
+    auto tok_hash = HashFiles({tok_dir + "/vocab.json", tok_dir + "/merges.txt",
+                               tok_dir + "/bpe_simple_vocab_16e6.txt.gz"});
+    for (const auto* r : {&csv_hash, &vae_hash, &text_hash, &tok_hash}) {
+      if (!r->ok()) return Failure{kExitModelError, r->status().ToString()};
+    }
+    auto vae_config = ReadTextFile(vae_dir + "/config.json");
+    if (!vae_config.ok()) return Failure{kExitModelError, vae_config.status().ToString()};
+    auto parsed = ParseVaeConfig(*vae_config, vae_dir + "/config.json");
+    if (!parsed.ok()) return Failure{kExitModelError, parsed.status().ToString()};
+    scaling_factor_ = parsed->scaling_factor;
+    settings_ = {{"frames", d.frames},
+                 {"stride", d.stride},
+                 {"sample_height", d.sample_height},
+                 {"sample_width", d.sample_width},
+                 {"seed", d.seed},
+                 {"csv_sha256", *csv_hash},
+                 {"video_dir", fs::absolute(d.video_dir).lexically_normal().string()},
+                 {"id_column", d.id_column},
+                 {"caption_column", d.caption_column},
+                 {"file_pattern", d.file_pattern},
+                 {"max_clips", p.max_clips},
+                 {"min_frames", p.min_frames},
+                 {"shard_size", p.shard_size},
+                 {"dtype", p.dtype},
+                 {"vae_sha256", *vae_hash},
+                 {"text_encoder_sha256", *text_hash},
+                 {"tokenizer_sha256", *tok_hash},
+                 {"scaling_factor", scaling_factor_}};
+    settings_hash_ = Sha256Hex(settings_.dump());
+    return std::nullopt;
+  }
+
+  // Refuses a cache made with other settings; rank 0 records the settings of a new one.
+  std::optional<Failure> CheckExistingCache() {
+    std::error_code ec;
+    fs::create_directories(fs::path(out_) / kCacheShardDir, ec);
+    if (ec) {
+      return Failure{kExitDataError,
+                     "preprocess.output: cannot create " + out_ + ": " + ec.message()};
+    }
+    const fs::path settings_path = fs::path(out_) / "settings.json";
+    if (fs::exists(settings_path)) {
+      std::ifstream in(settings_path);
+      Json existing;
+      try {
+        in >> existing;
+      } catch (const std::exception& e) {
+        return Failure{kExitDataError, settings_path.string() + ": unreadable: " + e.what()};
+      }
+      if (existing != settings_) {
+        std::string diff;
+        for (const auto& [key, value] : settings_.items()) {
+          if (!existing.contains(key) || existing[key] != value) {
+            diff += (diff.empty() ? "" : "; ") + key + " " +
+                    (existing.contains(key) ? existing[key].dump() : "unset") + " → " +
+                    value.dump();
+          }
+        }
+        return Failure{kExitBadSpec,
+                       "preprocess.output: the cache in " + out_ +
+                           " was made with other settings or model files (" + diff +
+                           "); use a new preprocess.output or delete the old cache"};
+      }
+    } else if (o_.rank == 0) {
+      std::ofstream(settings_path.string() + ".tmp") << settings_.dump(2) << "\n";
+      fs::rename(settings_path.string() + ".tmp", settings_path, ec);
+      if (ec) return Failure{kExitDataError, settings_path.string() + ": " + ec.message()};
+    }
+    // Shards left by other settings (a settings.json deleted by hand) are refused too.
+    for (int64_t s = 0; s < num_shards_; ++s) {
+      const auto path = ShardPath(s);
+      if (!fs::exists(path)) continue;
+      auto file = SafetensorsFile::Open(path);
+      if (!file.ok()) {
+        // A shard is renamed into place complete: a broken one was damaged afterwards.
+        return Failure{kExitDataError, "preprocess.output: " + file.status().ToString() +
+                                           " (delete it and resume)"};
+      }
+      auto it = (*file)->metadata().find("settings_hash");
+      if (it == (*file)->metadata().end() || it->second != settings_hash_) {
+        return Failure{kExitBadSpec, "preprocess.output: " + path +
+                                         " was made with other settings; use a new "
+                                         "preprocess.output or delete the old cache"};
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::string ShardPath(int64_t shard) const {
+    return (fs::path(out_) / CacheShardName(shard)).string();
+  }
+
+  DecodedClip DecodeOne(int64_t row) const {
+    const auto& e = entries_[static_cast<size_t>(row)];
+    const auto& d = spec_.data;
+    DecodedClip clip;
+    clip.row = row;
+    clip.video_id = e.video_id;
+    clip.caption = e.caption;
+    VideoReaderOptions options;
+    options.threads = 1;
+    options.min_frames = spec_.preprocess.min_frames;
+    auto reader = VideoReader::Open(e.path, options);
+    if (!reader.ok()) {
+      clip.skip_reason = VideoErrorName(reader.error());
+      clip.skip_detail = ShortMessage(reader.status());
+      return clip;
+    }
+    const int64_t length = reader->info().num_frames;
+    // The start frame depends only on the seed and the row: any rank split gives the same clip.
+    std::mt19937_64 rng(static_cast<uint64_t>(d.seed) * 0x9E3779B97F4A7C15ULL +
+                        static_cast<uint64_t>(row));
+    const int64_t start =
+        SampleStart(length, static_cast<int>(d.frames), static_cast<int>(d.stride), rng);
+    auto indices = SampleFrameIndices(length, static_cast<int>(d.frames),
+                                      static_cast<int>(d.stride), start);
+    if (!indices.ok()) {
+      clip.skip_reason = "unreadable";
+      clip.skip_detail = ShortMessage(indices.status());
+      return clip;
+    }
+    auto frames = reader->ReadFrames(*indices);
+    if (!frames.ok()) {
+      clip.skip_reason = VideoErrorName(frames.error());
+      clip.skip_detail = ShortMessage(frames.status());
+      return clip;
+    }
+    auto& f = *frames;
+    auto u8 = torch::from_blob(f.data.data(), {f.num_frames, f.height, f.width, 3}, torch::kByte);
+    clip.pixels = PrepareFrames(u8, d.sample_height, d.sample_width);
+    return clip;
+  }
+
+  // Decodes a shard's rows on `decode_threads` threads.
+  std::vector<DecodedClip> DecodeShard(int64_t shard) const {
+    const int64_t first = shard * shard_size_;
+    const int64_t n = std::min<int64_t>(shard_size_, static_cast<int64_t>(entries_.size()) - first);
+    std::vector<DecodedClip> clips(static_cast<size_t>(n));
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+      for (int64_t i = next++; i < n; i = next++) clips[static_cast<size_t>(i)] = DecodeOne(first + i);
+    };
+    std::vector<std::thread> threads;
+    const int64_t count = std::min<int64_t>(spec_.preprocess.decode_threads, n);
+    for (int64_t t = 1; t < count; ++t) threads.emplace_back(work);
+    work();
+    for (auto& t : threads) t.join();
+    return clips;
+  }
+
+  torch::Tensor EncodeText(const std::vector<std::string>& captions) {
+    std::vector<int64_t> ids;
+    const int length = static_cast<int>(
+        std::min<int64_t>(ClipTokenizer::kMaxLength, text_encoder_->config().max_position_embeddings));
+    for (const auto& c : captions) {
+      const auto row = tokenizer_->EncodePadded(c, length);
+      ids.insert(ids.end(), row.begin(), row.end());
+    }
+    auto input = torch::tensor(ids, torch::kLong)
+                     .view({static_cast<int64_t>(captions.size()), length})
+                     .to(device_);
+    return text_encoder_->forward(input).last_hidden_state;
+  }
+
+  std::optional<Failure> WriteEmptyCaption() {
+    const fs::path path = fs::path(out_) / kEmptyCaptionFile;
+    if (o_.rank != 0 || fs::exists(path)) return std::nullopt;
+    auto state = EncodeText({""})[0].to(torch::kCPU, store_dtype_);
+    auto st = WriteShardAtomically(path.string(), {{"text_state", state}},
+                                   {{"format", "pt"}, {"settings_hash", settings_hash_}});
+    if (!st.ok()) return Failure{kExitCrash, st.ToString()};
+    return std::nullopt;
+  }
+
+  // Encodes a decoded shard and writes it; returns the clips written.
+  Result<int64_t> EncodeAndWrite(int64_t shard, const std::vector<DecodedClip>& clips) {
+    Json ids = Json::array(), captions = Json::array(), skipped = Json::array();
+    std::vector<torch::Tensor> means, stds;
+    std::vector<std::string> texts;
+    for (const auto& c : clips) {
+      if (!c.pixels.defined()) {
+        skipped.push_back({{"video_id", c.video_id}, {"reason", c.skip_reason},
+                           {"detail", c.skip_detail}});
+        ++skipped_by_reason_[c.skip_reason];
+        if (skip_events_++ < 20) {
+          reporter_.OnEvent(EventLevel::kWarning, "skipped video " + c.video_id + " (" +
+                                                      c.skip_reason + "): " + c.skip_detail);
+        }
+        continue;
+      }
+      auto dist = vae_->EncodeChunked(c.pixels.to(device_, compute_dtype_), spec_.preprocess.vae_chunk);
+      // [F, C, h, w] → [C, F, h, w], the UNet's clip layout.
+      means.push_back(dist.mean.permute({1, 0, 2, 3}).to(torch::kCPU, store_dtype_));
+      stds.push_back(
+          torch::exp(0.5 * dist.logvar.to(torch::kFloat)).permute({1, 0, 2, 3}).to(torch::kCPU, store_dtype_));
+      ids.push_back(c.video_id);
+      captions.push_back(c.caption);
+      texts.push_back(c.caption);
+    }
+    TensorMap tensors;
+    if (!means.empty()) {
+      tensors["latent_mean"] = torch::stack(means);
+      tensors["latent_std"] = torch::stack(stds);
+      tensors["text_states"] = EncodeText(texts).to(torch::kCPU, store_dtype_);
+    }
+    ADCTL_RETURN_IF_ERROR(WriteShardAtomically(ShardPath(shard), tensors,
+                                               {{"format", "pt"},
+                                                {"settings_hash", settings_hash_},
+                                                {"video_ids", ids.dump()},
+                                                {"captions", captions.dump()},
+                                                {"skipped", skipped.dump()}}));
+    return static_cast<int64_t>(means.size());
+  }
+
+  std::optional<Failure> Run() {
+    torch::NoGradGuard no_grad;
+    if (auto f = WriteEmptyCaption()) return f;
+    std::vector<int64_t> todo;
+    int64_t mine = 0, done = 0;
+    for (int64_t s = o_.rank; s < num_shards_; s += o_.world_size) {
+      ++mine;
+      if (fs::exists(ShardPath(s))) {
+        ++done;
+      } else {
+        todo.push_back(s);
+      }
+    }
+    if (done > 0) {
+      reporter_.OnEvent(EventLevel::kInfo, "preprocess: resuming; " + std::to_string(done) +
+                                               " of this rank's " + std::to_string(mine) +
+                                               " shards are already written");
+    }
+    reporter_.OnTrainingStarted(done, mine);
+    int64_t clips_written = 0;
+    std::future<std::vector<DecodedClip>> next;
+    if (!todo.empty()) next = std::async(std::launch::async, [&, s = todo[0]] { return DecodeShard(s); });
+    for (size_t k = 0; k < todo.size(); ++k) {
+      if (StopRequested()) {
+        if (next.valid()) next.wait();
+        reporter_.OnEvent(EventLevel::kInfo, "preprocess: stopped; " + std::to_string(done) +
+                                                 " shards written, the rest on resume");
+        return Failure{kExitPreempted, "preprocess: stop requested"};
+      }
+      const auto t0 = Clock::now();
+      auto clips = next.get();
+      const double wait = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (k + 1 < todo.size()) {
+        next = std::async(std::launch::async, [&, s = todo[k + 1]] { return DecodeShard(s); });
+      }
+      auto written = EncodeAndWrite(todo[k], clips);
+      if (!written.ok()) return Failure{kExitCrash, written.status().ToString()};
+      clips_written += *written;
+      ++done;
+      StepReport r;
+      r.step = done;
+      r.total_steps = mine;
+      r.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      r.data_wait_seconds = wait;
+      r.clips_per_second =
+          r.step_seconds > 0 ? static_cast<double>(clips.size()) * o_.world_size / r.step_seconds : 0;
+      r.samples_seen = clips_written;
+      reporter_.OnStep(r);
+    }
+    if (!skipped_by_reason_.empty()) {
+      std::string summary;
+      int64_t total = 0;
+      for (const auto& [reason, n] : skipped_by_reason_) {
+        summary += (summary.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+        total += n;
+      }
+      reporter_.OnEvent(EventLevel::kWarning, "preprocess: rank " + std::to_string(o_.rank) +
+                                                  " skipped " + std::to_string(total) +
+                                                  " videos (" + summary + ")");
+    }
+    if (o_.rank != 0) return std::nullopt;
+    return WriteIndex();
+  }
+
+  bool StopRequested() {
+    return (o_.stop_flag != nullptr && o_.stop_flag->load()) || reporter_.StopRequested();
+  }
+
+  // Rank 0, after its own shards: waits for every shard, then writes index.json.
+  std::optional<Failure> WriteIndex() {
+    for (;;) {
+      int64_t missing = 0;
+      for (int64_t s = 0; s < num_shards_; ++s) missing += !fs::exists(ShardPath(s));
+      if (missing == 0) break;
+      if (StopRequested()) return Failure{kExitPreempted, "preprocess: stop requested"};
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    LatentCacheIndex index;
+    index.settings = settings_;
+    index.settings_hash = settings_hash_;
+    index.scaling_factor = scaling_factor_;
+    for (int64_t s = 0; s < num_shards_; ++s) {
+      auto file = SafetensorsFile::Open(ShardPath(s));
+      if (!file.ok()) return Failure{kExitDataError, file.status().ToString()};
+      const auto& meta = (*file)->metadata();
+      int64_t clips = 0;
+      try {
+        clips = static_cast<int64_t>(Json::parse(meta.at("video_ids")).size());
+        for (const auto& skip : Json::parse(meta.at("skipped"))) {
+          ++index.skipped[skip.at("reason").get<std::string>()];
+          ++index.skipped_total;
+        }
+      } catch (const std::exception& e) {
+        return Failure{kExitDataError, ShardPath(s) + ": bad shard metadata: " + e.what()};
+      }
+      index.shards.push_back({CacheShardName(s), clips});
+      index.clips += clips;
+    }
+    auto st = WriteLatentCacheIndex(out_, index);
+    if (!st.ok()) return Failure{kExitCrash, st.ToString()};
+    std::string skipped;
+    for (const auto& [reason, n] : index.skipped) {
+      skipped += (skipped.empty() ? "" : ", ") + reason + " " + std::to_string(n);
+    }
+    const std::string summary = std::to_string(index.clips) + " clips in " +
+                                std::to_string(num_shards_) + " shards, " +
+                                std::to_string(index.skipped_total) + " videos skipped" +
+                                (skipped.empty() ? "" : " (" + skipped + ")");
+    if (index.clips == 0) {
+      return Failure{kExitDataError, "preprocess: no usable clip in the dataset: " + summary};
+    }
+    reporter_.OnEvent(EventLevel::kInfo, "preprocess: cache complete: " + summary + " in " + out_);
+    return std::nullopt;
+  }
+
+  const TrainerOptions& o_;
+  const JobSpec& spec_;
+  Reporter& reporter_;
+  const std::string out_;
+  std::vector<VideoEntry> entries_;
+  int64_t shard_size_ = 1, num_shards_ = 0;
+  Json settings_;
+  std::string settings_hash_;
+  double scaling_factor_ = 0.18215;
+  torch::Device device_{torch::kCPU};
+  torch::ScalarType compute_dtype_ = torch::kFloat, store_dtype_ = torch::kBFloat16;
+  std::optional<ClipTokenizer> tokenizer_;
+  ClipTextModel text_encoder_{nullptr};
+  AutoencoderKL vae_{nullptr};
+  std::map<std::string, int64_t> skipped_by_reason_;
+  int64_t skip_events_ = 0;
+};
+
+}  // namespace
+
+int RunPreprocess(const TrainerOptions& options) { return Preprocess(options).Execute(); }
+
+}  // namespace adctl
