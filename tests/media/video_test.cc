@@ -313,6 +313,35 @@ TEST(VideoReaderErrorTest, TruncatedMpeg4StillReadsFramesBeforeTheCut) {
   EXPECT_EQ(last.error(), VideoError::kTruncated) << last.ToString();
 }
 
+TEST(VideoReaderErrorTest, EveryCutOfAFileFailsCleanly) {
+  // Cut points across the whole file: each read either succeeds or returns a classified error.
+  TempDir dir;
+  std::string path = dir.file("whole.mp4");
+  ASSERT_TRUE(WriteMp4(path, TestClip(16, 32, 48), 8).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::mt19937_64 rng(5);
+  for (int k = 0; k <= 24; ++k) {
+    size_t cut = bytes.size() * k / 24;
+    std::string cut_path = dir.file("cut" + std::to_string(k) + ".mp4");
+    std::string part = bytes.substr(0, cut);
+    if (k % 3 == 1 && cut > 64) part[rng() % cut] ^= 0x5A;  // and a flipped byte
+    std::ofstream(cut_path, std::ios::binary) << part;
+    VideoResult<VideoReader> reader = VideoReader::Open(cut_path);
+    if (!reader.ok()) {
+      EXPECT_TRUE(reader.error() == VideoError::kUnreadable ||
+                  reader.error() == VideoError::kZeroFrames)
+          << k << ": " << reader.ToString();
+      continue;
+    }
+    VideoResult<RgbFrames> all = reader->ReadAll();
+    if (!all.ok()) {
+      EXPECT_TRUE(all.error() == VideoError::kTruncated || all.error() == VideoError::kUnreadable)
+          << k << ": " << all.ToString();
+    }
+  }
+}
+
 // A file with a video stream and no frames, written with FFmpeg directly (WriteMp4 refuses empty
 // clips); the container is chosen by the extension.
 void WriteZeroFrameVideo(const std::string& path) {
