@@ -187,6 +187,18 @@ TEST(ClipTokenizerTest, ErrorsNameTheFileAndProblem) {
   ASSERT_FALSE(not_gzip.ok());
   EXPECT_NE(not_gzip.status().message().find("not a gzip file"), std::string::npos);
 
+  // CLIP's file cut in half: zlib reports the stream ends early.
+  {
+    std::ifstream in(kClipGz, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    WriteText(dir.file("half.txt.gz"), bytes.substr(0, bytes.size() / 2));
+  }
+  Result<ClipTokenizer> half = ClipTokenizer::Load(dir.file("half.txt.gz"));
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(half.status().message().find("half.txt.gz"), std::string::npos);
+  EXPECT_NE(half.status().message().find("gzip"), std::string::npos) << half.status().message();
+
   // A folder whose merges.txt has a malformed line 3.
   Result<ClipTokenizer> tiny = MakeTinyClipTokenizer(600);
   ASSERT_TRUE(tiny.ok());

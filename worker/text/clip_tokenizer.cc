@@ -157,6 +157,8 @@ Result<ClipTokenizer> LoadHfFolder(const std::string& dir) {
   std::vector<std::pair<std::string, std::string>> merges;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i == 0 && lines[i].rfind("#", 0) == 0) continue;  // "#version: 0.2"
+    // transformers' CLIPTokenizer keeps lines[1 : 49152 - 256 - 2 + 1] too.
+    if (merges.size() == static_cast<size_t>(kClipMergeLines)) break;
     std::pair<std::string, std::string> merge;
     if (!SplitMerge(lines[i], &merge)) {
       if (lines[i].empty() && i + 1 == lines.size()) break;

@@ -13,7 +13,8 @@
 //    vocabulary is the 256 byte characters, their `</w>` forms, the merges of lines
 //    1..48894 (`lines[1:49152-256-2+1]`), then `<|startoftext|>` and `<|endoftext|>`;
 //  * a Hugging Face tokenizer folder: `vocab.json` (token -> id) and `merges.txt` (a `#version`
-//    line, then one merge per line in rank order); the special tokens are looked up in the vocab.
+//    line, then one merge per line in rank order, at most 48894 like transformers'
+//    CLIPTokenizer); the special tokens are looked up in the vocab.
 // Loading checks that every byte character, its `</w>` form, every merge result and both special
 // tokens are in the vocabulary, so encoding never meets an unknown token.
 //

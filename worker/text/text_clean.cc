@@ -198,6 +198,7 @@ std::string CollapseWhitespace(const std::string& text) {
     return pcre2_compile(reinterpret_cast<PCRE2_SPTR>("\\s+"), PCRE2_ZERO_TERMINATED,
                          PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   }();
+  if (code == nullptr) return text;  // cannot happen: a constant, valid pattern
   std::string out(text.size() + 1, '\0');
   PCRE2_SIZE out_len = out.size();
   int rc =
