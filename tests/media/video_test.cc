@@ -162,7 +162,9 @@ TEST(VideoRoundTripTest, Mp4H264FrameCountSizeAndPixels) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(MeanAbsDiff(*some, i, *all, expected[i]), 0) << i;
 
   // Decoder threads do not change the pixels.
-  VideoResult<VideoReader> threaded = VideoReader::Open(path, {.threads = 0});
+  VideoReaderOptions all_cores;
+  all_cores.threads = 0;
+  VideoResult<VideoReader> threaded = VideoReader::Open(path, all_cores);
   ASSERT_TRUE(threaded.ok());
   VideoResult<RgbFrames> threaded_all = threaded->ReadAll();
   ASSERT_TRUE(threaded_all.ok());

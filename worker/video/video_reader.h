@@ -8,7 +8,10 @@
 // `VideoInfo::frames_from_header` says which was used.
 //
 // ReadFrames decodes sequentially from the first frame (no seeking: exact frame indices for the
-// short clips of AnimateDiff datasets, at the cost of decoding the frames before the last index).
+// short clips of AnimateDiff datasets, at the cost of decoding the frames before the last index;
+// seeking to the keyframe before the first index is a possible speed-up for long videos). Frames
+// are converted with swscale's default (BT.601) matrix, as decord's default does; a frame whose
+// size differs from the stream's is scaled to the stream's size.
 // A packet the decoder rejects is skipped, as ffmpeg(1) does; what fails is classified
 // (video_error.h): the file ends before the needed frames → kTruncated, nothing decodes →
 // kUnreadable.
