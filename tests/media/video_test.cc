@@ -188,6 +188,33 @@ TEST(VideoRoundTripTest, Mp4Mpeg4Part2) {
   ExpectClose(clip, *all, 8.0);
 }
 
+TEST(VideoRoundTripTest, Bt709TaggedClipDecodesWithItsMatrix) {
+  // Saturated colours, where BT.601 and BT.709 differ by 10-30 levels.
+  RgbFrames clip(4, 32, 64);
+  for (int f = 0; f < 4; ++f) {
+    for (int y = 0; y < 32; ++y) {
+      for (int x = 0; x < 64; ++x) {
+        uint8_t* p = clip.pixel(f, y, x);
+        if (x < 32) {
+          p[0] = 220, p[1] = 30, p[2] = 40;
+        } else {
+          p[0] = 30, p[1] = 60, p[2] = 230;
+        }
+      }
+    }
+  }
+  TempDir dir;
+  std::string path = dir.file("bt709.mp4");
+  Mp4Options options;
+  options.matrix = ColourMatrix::kBt709;
+  ASSERT_TRUE(WriteMp4(path, clip, 8, options).ok());
+  VideoResult<VideoReader> reader = VideoReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.ToString();
+  VideoResult<RgbFrames> all = reader->ReadAll();
+  ASSERT_TRUE(all.ok()) << all.ToString();
+  ExpectClose(clip, *all, 4.0);
+}
+
 TEST(VideoRoundTripTest, GifLoopsAndDecodes) {
   TempDir dir;
   RgbFrames clip = TestClip(10, 40, 56);

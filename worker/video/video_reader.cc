@@ -52,6 +52,38 @@ struct VideoReader::Impl {
   bool fresh = false;  // nothing read since the contexts were opened
 };
 
+namespace {
+
+// YUV -> RGB with the matrix and range the frame is tagged with (BT.601 when untagged), like
+// FFmpeg's scale filter with its default in_color_matrix=auto, which decord's conversion uses.
+void UseFrameColourMatrix(SwsContext* sws, const AVFrame* frame) {
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(frame->format));
+  if (desc == nullptr || (desc->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL)) ||
+      desc->nb_components < 3) {
+    return;  // not YUV: no matrix
+  }
+  int colorspace = SWS_CS_DEFAULT;
+  switch (frame->colorspace) {
+    case AVCOL_SPC_BT709:
+    case AVCOL_SPC_FCC:
+    case AVCOL_SPC_BT470BG:
+    case AVCOL_SPC_SMPTE170M:
+    case AVCOL_SPC_SMPTE240M:
+    case AVCOL_SPC_BT2020_NCL:
+    case AVCOL_SPC_BT2020_CL:
+      colorspace = frame->colorspace;  // SWS_CS_* share these values
+      break;
+    default:
+      break;
+  }
+  const std::string name = desc->name;
+  const bool full_range = frame->color_range == AVCOL_RANGE_JPEG || name.rfind("yuvj", 0) == 0;
+  sws_setColorspaceDetails(sws, sws_getCoefficients(colorspace), full_range ? 1 : 0,
+                           sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+}
+
+}  // namespace
+
 VideoResult<std::unique_ptr<VideoReader::Impl>> VideoReader::OpenContexts(const std::string& path,
                                                                           int threads) {
   using ImplPtr = std::unique_ptr<VideoReader::Impl>;
@@ -215,6 +247,7 @@ VideoResult<RgbFrames> VideoReader::ReadFrames(const std::vector<int64_t>& indic
                                               static_cast<AVPixelFormat>(frame->format), W, H,
                                               AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr,
                                               nullptr));
+          if (impl.sws) UseFrameColourMatrix(impl.sws.get(), frame.get());
           uint8_t* dst[4] = {out.frame(next), nullptr, nullptr, nullptr};
           int dst_stride[4] = {W * 3, 0, 0, 0};
           if (!impl.sws || sws_scale(impl.sws.get(), frame->data, frame->linesize, 0, frame->height,

@@ -9,8 +9,9 @@
 //
 // ReadFrames decodes sequentially from the first frame (no seeking: exact frame indices for the
 // short clips of AnimateDiff datasets, at the cost of decoding the frames before the last index;
-// seeking to the keyframe before the first index is a possible speed-up for long videos). Frames
-// are converted with swscale's default (BT.601) matrix, as decord's default does; a frame whose
+// seeking to the keyframe before the first index is a possible speed-up for long videos). YUV
+// frames are converted with the matrix and range they are tagged with (BT.601 limited range when
+// untagged), as FFmpeg's scale filter does by default (decord converts through it); a frame whose
 // size differs from the stream's is scaled to the stream's size.
 // A packet the decoder rejects is skipped, as ffmpeg(1) does; what fails is classified
 // (video_error.h): the file ends before the needed frames → kTruncated, nothing decodes →

@@ -256,7 +256,10 @@ Status WriteMp4(const std::string& path, const RgbFrames& frames, double fps,
   setup.encoder_time_base = av_inv_q(av_d2q(fps, 100000));
   setup.configure = [&](AVCodecContext* encoder) {
     encoder->thread_count = options.threads;
-    encoder->colorspace = AVCOL_SPC_SMPTE170M;  // what swscale's default matrix is
+    const bool bt709 = options.matrix == ColourMatrix::kBt709;
+    encoder->colorspace = bt709 ? AVCOL_SPC_BT709 : AVCOL_SPC_SMPTE170M;
+    encoder->color_primaries = bt709 ? AVCOL_PRI_BT709 : AVCOL_PRI_SMPTE170M;
+    encoder->color_trc = bt709 ? AVCOL_TRC_BT709 : AVCOL_TRC_SMPTE170M;
     encoder->color_range = AVCOL_RANGE_MPEG;
     if (h264) {
       av_opt_set(encoder->priv_data, "crf", std::to_string(options.crf).c_str(), 0);
@@ -275,6 +278,10 @@ Status WriteMp4(const std::string& path, const RgbFrames& frames, double fps,
     av_dict_free(&setup.muxer_options);
     return Internal(path + ": cannot create the RGB -> yuv420p converter");
   }
+  const int matrix = options.matrix == ColourMatrix::kBt709 ? SWS_CS_ITU709 : SWS_CS_ITU601;
+  sws_setColorspaceDetails(sws.get(), sws_getCoefficients(SWS_CS_DEFAULT), 1,
+                           sws_getCoefficients(matrix), 0, 0, 1 << 16, 1 << 16);
+
   return Encode(path, frames, std::move(setup), [&](int f, AVFrame* frame) -> Status {
     const uint8_t* src[4] = {frames.frame(f), nullptr, nullptr, nullptr};
     int src_stride[4] = {frames.width * 3, 0, 0, 0};

@@ -3,8 +3,8 @@
 // dataset).
 //
 // MP4: H.264 through libx264 when the installed libavcodec has that encoder (Debian's does),
-// else MPEG-4 part 2; yuv420p (so width and height must be even), BT.601 limited range as
-// swscale converts by default, `+faststart` (the index before the data, so a cut-off file still
+// else MPEG-4 part 2; yuv420p (so width and height must be even), BT.601 (or BT.709) limited
+// range, tagged in the stream; `+faststart` (the index before the data, so a cut-off file still
 // opens and reads as truncated). GIF: FFmpeg's gif encoder on a 256-colour palette per frame
 // (median cut over 15-bit colours, nearest-colour mapping, no dithering), looping forever.
 // Thread-safety: the functions are independent; call them from several threads on different
@@ -21,12 +21,15 @@
 namespace adctl {
 
 enum class Mp4Codec { kAuto, kH264, kMpeg4 };
+// The RGB -> YCbCr matrix, written into the stream's colour tags (limited range either way).
+enum class ColourMatrix { kBt601, kBt709 };
 
 struct Mp4Options {
-  Mp4Codec codec = Mp4Codec::kAuto;  // kAuto: H.264 if libx264 is there, else MPEG-4
-  int crf = 18;                      // H.264 constant rate factor (lower = better)
-  int mpeg4_qscale = 3;              // MPEG-4 fixed quantiser, 1..31 (lower = better)
-  int threads = 1;                   // encoder threads; 1 gives a reproducible bitstream
+  Mp4Codec codec = Mp4Codec::kAuto;            // kAuto: H.264 if libx264 is there, else MPEG-4
+  int crf = 18;                                // H.264 constant rate factor (lower = better)
+  int mpeg4_qscale = 3;                        // MPEG-4 fixed quantiser, 1..31 (lower = better)
+  int threads = 1;                             // encoder threads; 1 gives a reproducible bitstream
+  ColourMatrix matrix = ColourMatrix::kBt601;  // SD convention; kBt709 for HD
 };
 
 // The encoder kAuto picks: "libx264" or "mpeg4".
