@@ -7,14 +7,11 @@
 #include <sstream>
 
 #include "tests/media/temp_dir.h"
-#include "worker/video/ffmpeg_log.h"
 #include "worker/video/video_csv.h"
 #include "worker/video/video_reader.h"
 
 namespace adctl {
 namespace {
-
-const bool kQuiet = (QuietFfmpegLogs(), true);
 
 std::vector<std::string> Words(const std::string& text) {
   std::istringstream in(text);
