@@ -44,8 +44,17 @@ std::string DescribeExitCode(int code) {
 namespace {
 
 // The flags, in ToArgv's order; FromArgs accepts exactly these.
-enum class Flag { kSpec, kJobDir, kJobId, kAttempt, kRank, kWorldSize, kLocalRank,
-                  kLocalWorldSize, kCoordinator };
+enum class Flag {
+  kSpec,
+  kJobDir,
+  kJobId,
+  kAttempt,
+  kRank,
+  kWorldSize,
+  kLocalRank,
+  kLocalWorldSize,
+  kCoordinator
+};
 const std::map<std::string, Flag>& FlagNames() {
   static const std::map<std::string, Flag> kNames = {
       {"--spec", Flag::kSpec},
@@ -86,12 +95,23 @@ std::vector<std::string> WorkerAssignment::ToArgv() const {
 }
 
 Result<WorkerAssignment> WorkerAssignment::FromArgs(const std::vector<std::string>& args) {
+  // `--name=value` is the same as `--name value`.
+  std::vector<std::string> words;
+  for (const std::string& arg : args) {
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      words.push_back(arg.substr(0, eq));
+      words.push_back(arg.substr(eq + 1));
+    } else {
+      words.push_back(arg);
+    }
+  }
   WorkerAssignment a;
-  for (size_t i = 0; i < args.size(); i += 2) {
-    auto it = FlagNames().find(args[i]);
-    if (it == FlagNames().end()) return InvalidArgument("unknown argument '" + args[i] + "'");
-    if (i + 1 >= args.size()) return InvalidArgument(args[i] + ": missing value");
-    const std::string& value = args[i + 1];
+  for (size_t i = 0; i < words.size(); i += 2) {
+    auto it = FlagNames().find(words[i]);
+    if (it == FlagNames().end()) return InvalidArgument("unknown argument '" + words[i] + "'");
+    if (i + 1 >= words.size()) return InvalidArgument(words[i] + ": missing value");
+    const std::string& value = words[i + 1];
     int* number = nullptr;
     switch (it->second) {
       case Flag::kSpec:
@@ -123,7 +143,7 @@ Result<WorkerAssignment> WorkerAssignment::FromArgs(const std::vector<std::strin
         break;
     }
     if (number != nullptr) {
-      auto parsed = ParseInt(args[i], value);
+      auto parsed = ParseInt(words[i], value);
       if (!parsed.ok()) return parsed.status();
       *number = *parsed;
     }

@@ -1,4 +1,6 @@
-#include "server/grpc/convert.h"
+#include "server/api/convert.h"
+
+#include <google/protobuf/util/json_util.h>
 
 namespace adctl {
 
@@ -97,6 +99,39 @@ MetricRecord MetricFromProto(const v1::MetricPoint& p) {
   m.samples_seen = p.samples_seen();
   m.peak_memory_bytes = p.peak_memory_bytes();
   return m;
+}
+
+void JobViewToProto(const JobView& view, v1::Job* out) {
+  JobToProto(view.job, view.wait_reason, out);
+  if (!view.ranks.empty()) RanksToProto(view.ranks, view.rank_alive, out);
+}
+
+void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {
+  out->set_step(checkpoint.step);
+  out->set_path(checkpoint.path);
+  out->set_size_bytes(checkpoint.size_bytes);
+  out->set_created_at(checkpoint.created_at);
+  out->set_attempt(checkpoint.attempt);
+  out->set_on_disk(checkpoint.on_disk);
+}
+
+void DeviceToProto(const DeviceStatus& d, v1::Device* out) {
+  out->set_name(d.device.name);
+  out->set_kind(d.device.kind);
+  out->set_model(d.device.model);
+  out->set_uuid(d.device.uuid);
+  out->set_memory_total_bytes(d.device.memory_total_bytes);
+  out->set_memory_used_bytes(d.device.memory_used_bytes);
+  out->set_job_id(d.job_id);
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
 }
 
 }  // namespace adctl
