@@ -382,6 +382,22 @@ std::vector<RankRecord> Supervisor::LiveRanks(const std::string& job_id,
   return ranks.value();
 }
 
+Status Supervisor::AddEvent(const std::string& job_id, int attempt, const std::string& kind,
+                            const std::string& level, const std::string& message) {
+  EventRecord e;
+  e.job_id = job_id;
+  e.attempt = attempt;
+  e.kind = kind;
+  e.level = level;
+  e.message = message;
+  auto id = store_->AddEvent(e);
+  if (!id.ok()) {
+    spdlog::warn("job {}: cannot record event '{}': {}", job_id, message, id.status().ToString());
+    return id.status();
+  }
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Launching and supervising attempts.
 
@@ -514,15 +530,12 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
     store_->RecordRankExit(a->job_id, a->attempt, r.rank, st.exit_code, st.signal);
 
     ExitClass cls = ClassifyExit(st);
-    EventRecord e;
-    e.job_id = a->job_id;
-    e.attempt = a->attempt;
-    e.kind = "rank_exit";
-    e.level = (cls == ExitClass::kSuccess || cls == ExitClass::kStopped) ? "info" : "error";
-    e.message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
-    store_->AddEvent(e);
+    const std::string message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
+    AddEvent(a->job_id, a->attempt, "rank_exit",
+             (cls == ExitClass::kSuccess || cls == ExitClass::kStopped) ? "info" : "error",
+             message);
     NotifyLocked();
-    spdlog::info("job {} attempt {}: {}", a->job_id, a->attempt, e.message);
+    spdlog::info("job {} attempt {}: {}", a->job_id, a->attempt, message);
 
     const bool failed = cls == ExitClass::kRetryable || cls == ExitClass::kFatal ||
                         (cls == ExitClass::kStopped && !a->teardown);
@@ -545,13 +558,7 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
                      " s (resources.hang_timeout_seconds " +
                      std::to_string(static_cast<int>(a->hang_timeout_seconds)) + ")";
         a->failure_class = ExitClass::kRetryable;
-        EventRecord e;
-        e.job_id = a->job_id;
-        e.attempt = a->attempt;
-        e.kind = "hang";
-        e.level = "error";
-        e.message = a->failure + "; stopping the attempt";
-        store_->AddEvent(e);
+        AddEvent(a->job_id, a->attempt, "hang", "error", a->failure + "; stopping the attempt");
         StartTeardownLocked(a, a->grace_seconds, now);
       }
     }
@@ -566,13 +573,8 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
     }
     a->killed = true;
     if (any_alive) {
-      EventRecord e;
-      e.job_id = a->job_id;
-      e.attempt = a->attempt;
-      e.kind = "teardown";
-      e.level = "warning";
-      e.message = "grace period over: SIGKILL sent to the remaining ranks";
-      store_->AddEvent(e);
+      AddEvent(a->job_id, a->attempt, "teardown", "warning",
+               "grace period over: SIGKILL sent to the remaining ranks");
     }
   }
 }
@@ -759,14 +761,11 @@ Status Supervisor::ReconcileLocked() {
     if (job.state == JobState::kCancelling || job.state == JobState::kPausing) {
       StartTeardownLocked(&a, job.grace_seconds, now);
     }
-    EventRecord e;
-    e.job_id = job.id;
-    e.attempt = job.attempt;
-    e.kind = "reconcile";
-    e.message = "adctld restarted: " + std::to_string(alive) + " of " + std::to_string(expected) +
-                " rank(s) of attempt " + std::to_string(job.attempt) + " still alive, re-attached";
-    store_->AddEvent(e);
-    spdlog::info("job {}: {}", job.id, e.message);
+    const std::string message = "adctld restarted: " + std::to_string(alive) + " of " +
+                                std::to_string(expected) + " rank(s) of attempt " +
+                                std::to_string(job.attempt) + " still alive, re-attached";
+    AddEvent(job.id, job.attempt, "reconcile", "info", message);
+    spdlog::info("job {}: {}", job.id, message);
     active_[job.id] = std::move(a);
   }
   return Status::Ok();
@@ -810,13 +809,9 @@ Status Supervisor::RegisterRank(const std::string& job_id, int attempt, int rank
                            std::to_string(job->gpus) + " ranks)");
   }
   ADCTL_RETURN_IF_ERROR(store_->RecordRankWorker(job_id, attempt, rank, pid, host, NowSeconds()));
-  EventRecord e;
-  e.job_id = job_id;
-  e.attempt = attempt;
-  e.kind = "worker";
-  e.message = "rank " + std::to_string(rank) + " registered (pid " + std::to_string(pid) + " on " +
-              host + ")";
-  store_->AddEvent(e);
+  AddEvent(job_id, attempt, "worker", "info",
+           "rank " + std::to_string(rank) + " registered (pid " + std::to_string(pid) + " on " +
+               host + ")");
   std::lock_guard<std::mutex> lock(mu_);
   NotifyLocked();
   return Status::Ok();
@@ -926,13 +921,8 @@ Status Supervisor::ReportCheckpoint(const std::string& job_id, int attempt, int 
   checkpoint.attempt = attempt;
   if (checkpoint.created_at == 0) checkpoint.created_at = NowSeconds();
   ADCTL_RETURN_IF_ERROR(store_->AddCheckpoint(checkpoint));
-  EventRecord e;
-  e.job_id = job_id;
-  e.attempt = attempt;
-  e.kind = "checkpoint";
-  e.message =
-      "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path;
-  store_->AddEvent(e);
+  AddEvent(job_id, attempt, "checkpoint", "info",
+           "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path);
   if (observer_) observer_->OnCheckpoint(checkpoint);
   std::lock_guard<std::mutex> lock(mu_);
   NotifyLocked();
@@ -941,14 +931,8 @@ Status Supervisor::ReportCheckpoint(const std::string& job_id, int attempt, int 
 
 Status Supervisor::ReportWorkerEvent(const std::string& job_id, int attempt, int rank,
                                      const std::string& level, const std::string& message) {
-  EventRecord e;
-  e.job_id = job_id;
-  e.attempt = attempt;
-  e.kind = "worker";
-  e.level = level.empty() ? "info" : level;
-  e.message = "rank " + std::to_string(rank) + ": " + message;
-  auto id = store_->AddEvent(e);
-  if (!id.ok()) return id.status();
+  ADCTL_RETURN_IF_ERROR(AddEvent(job_id, attempt, "worker", level.empty() ? "info" : level,
+                                 "rank " + std::to_string(rank) + ": " + message));
   std::lock_guard<std::mutex> lock(mu_);
   NotifyLocked();
   return Status::Ok();

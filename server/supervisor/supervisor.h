@@ -111,7 +111,6 @@ class Supervisor {
   Status ReportWorkerEvent(const std::string& job_id, int attempt, int rank,
                            const std::string& level, const std::string& message);
 
-  const SupervisorOptions& options() const { return options_; }
   int heartbeat_interval_ms() const { return options_.heartbeat_interval_ms; }
 
  private:
@@ -158,6 +157,9 @@ class Supervisor {
   void ScheduleLocked();
   Status ReconcileLocked();
   void NotifyLocked();
+  // Stores one event row (the state-transition events are written by Store::Transition).
+  Status AddEvent(const std::string& job_id, int attempt, const std::string& kind,
+                  const std::string& level, const std::string& message);
   Result<JobRecord> TransitionLocked(const std::string& job_id, JobState to,
                                      const std::string& message,
                                      const TransitionChanges& changes = {});

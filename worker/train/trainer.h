@@ -1,6 +1,6 @@
 // One training rank: model, data, optimizer, data-parallel reduction, checkpoints, stop.
 //
-// `Trainer::Run` is what `adworker train` does after parsing its command line. Every failure
+// `RunTrainer` is what `adworker train` does after parsing its command line. Every failure
 // maps to a documented exit code (common/worker_contract.h). A rank always resumes from the newest
 // verified checkpoint under the checkpoint directory, so restart and resume need nothing from
 // the caller. Per-sample noise and timesteps are drawn from generators seeded by
