@@ -4,6 +4,11 @@
 
 namespace adctl {
 
+double EtaSeconds(int64_t step, int64_t total_steps, double step_seconds) {
+  if (step_seconds <= 0 || total_steps <= step) return 0;
+  return static_cast<double>(total_steps - step) * step_seconds;
+}
+
 void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* out) {
   out->set_id(job.id);
   out->set_name(job.name);
@@ -28,10 +33,9 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_loss(job.progress.loss);
   p->set_clips_per_second(job.progress.clips_per_second);
   p->set_step_seconds(job.progress.step_seconds);
-  if (job.progress.step_seconds > 0 && job.progress.total_steps > job.progress.step &&
-      !IsTerminal(job.state)) {
-    p->set_eta_seconds(static_cast<double>(job.progress.total_steps - job.progress.step) *
-                       job.progress.step_seconds);
+  if (!IsTerminal(job.state)) {
+    p->set_eta_seconds(
+        EtaSeconds(job.progress.step, job.progress.total_steps, job.progress.step_seconds));
   }
   p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
   p->set_updated_at(job.progress.updated_at);
@@ -82,6 +86,7 @@ void MetricToProto(const MetricRecord& m, v1::MetricPoint* out) {
   out->set_clips_per_second(m.clips_per_second);
   out->set_samples_seen(m.samples_seen);
   out->set_peak_memory_bytes(m.peak_memory_bytes);
+  out->set_eta_seconds(EtaSeconds(m.step, m.total_steps, m.step_seconds));
 }
 
 MetricRecord MetricFromProto(const v1::MetricPoint& p) {

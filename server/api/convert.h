@@ -13,6 +13,8 @@
 
 namespace adctl {
 
+// The one ETA: (total - step) × the latest step time; 0 when unknown or done.
+double EtaSeconds(int64_t step, int64_t total_steps, double step_seconds);
 void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* out);
 void RanksToProto(const std::vector<RankRecord>& ranks, const std::map<int, bool>& alive,
                   v1::Job* out);

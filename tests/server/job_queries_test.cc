@@ -136,5 +136,30 @@ TEST_F(JobQueriesTest, DevicesConvertOnce) {
   EXPECT_EQ(proto.kind(), "cpu");
 }
 
+TEST(ConvertTest, TheEtaIsComputedOnceForJobsAndMetricPoints) {
+  EXPECT_DOUBLE_EQ(EtaSeconds(4, 10, 0.5), 3.0);
+  EXPECT_DOUBLE_EQ(EtaSeconds(10, 10, 0.5), 0.0);
+  EXPECT_DOUBLE_EQ(EtaSeconds(4, 10, 0.0), 0.0);
+  MetricRecord m;
+  m.step = 2;
+  m.total_steps = 6;
+  m.step_seconds = 1.5;
+  v1::MetricPoint point;
+  MetricToProto(m, &point);
+  EXPECT_DOUBLE_EQ(point.eta_seconds(), 6.0);
+  JobRecord job;
+  job.state = JobState::kRunning;
+  job.progress.step = 2;
+  job.progress.total_steps = 6;
+  job.progress.step_seconds = 1.5;
+  v1::Job proto;
+  JobToProto(job, "", &proto);
+  EXPECT_DOUBLE_EQ(proto.progress().eta_seconds(), 6.0);
+  job.state = JobState::kSucceeded;
+  v1::Job done;
+  JobToProto(job, "", &done);
+  EXPECT_DOUBLE_EQ(done.progress().eta_seconds(), 0.0);
+}
+
 }  // namespace
 }  // namespace adctl
