@@ -28,6 +28,9 @@ struct Connection {
 // localhost:50051. Token: env ADCTL_TOKEN, else `token:` in the config file.
 Connection ResolveConnection(const std::string& server_flag);
 
+// Prints "adctl: <message>" to stderr and returns the exit code for a failed call.
+int ReportError(const grpc::Status& status, const std::string& server);
+
 class Client {
  public:
   explicit Client(const Connection& connection);
@@ -35,14 +38,21 @@ class Client {
   // A context with the token and, when > 0, a deadline.
   std::unique_ptr<grpc::ClientContext> Context(double timeout_seconds = 30) const;
   const std::string& server() const { return connection_.server; }
+  // One unary JobService call: the context (token, deadline), the call and the error mapping.
+  // Returns 0 with *response filled, or the exit code after printing the error.
+  template <typename Request, typename Response>
+  int Call(grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                        Response*),
+           const Request& request, Response* response, double timeout_seconds = 30) {
+    auto ctx = Context(timeout_seconds);
+    grpc::Status status = ((*stub_).*method)(ctx.get(), request, response);
+    return status.ok() ? 0 : ReportError(status, server());
+  }
 
  private:
   Connection connection_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> stub_;
 };
-
-// Prints "adctl: <message>" to stderr and returns the exit code for a failed call.
-int ReportError(const grpc::Status& status, const std::string& server);
 
 }  // namespace adctl::cli

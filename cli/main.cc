@@ -27,6 +27,13 @@ struct Globals {
   bool json() const { return output == "json"; }
 };
 
+// With `-o json`: prints the message as JSON and returns true; the caller prints its table else.
+bool PrintedAsJson(const Globals& g, const google::protobuf::Message& message) {
+  if (!g.json()) return false;
+  std::cout << ToJson(message) << "\n";
+  return true;
+}
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -146,9 +153,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
         p->set_total_steps(m.total_steps());
         p->set_loss(m.loss());
         p->set_clips_per_second(m.clips_per_second());
-        if (m.step_seconds() > 0 && m.total_steps() > m.step()) {
-          p->set_eta_seconds(static_cast<double>(m.total_steps() - m.step()) * m.step_seconds());
-        }
+        p->set_eta_seconds(m.eta_seconds());  // computed by adctld
         show(ProgressLine(job));
       }
     }
@@ -239,12 +244,7 @@ int main(int argc, char** argv) {
     if (priority) req.set_priority(*priority);
     req.set_submission_id(submission_id);
     adctl::v1::SubmitJobResponse resp;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().SubmitJob(ctx.get(), req, &resp);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::SubmitJob, req, &resp)) != 0) return;
     if (g.json()) {
       std::cout << ToJson(resp) << "\n";
     } else {
@@ -282,16 +282,8 @@ int main(int argc, char** argv) {
     }
     req.set_page_size(ls_limit);
     adctl::v1::ListJobsResponse resp;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().ListJobs(ctx.get(), req, &resp);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
-    if (g.json()) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListJobs, req, &resp)) != 0) return;
+    if (PrintedAsJson(g, resp)) return;
     Table t({"ID", "NAME", "STATE", "PROGRESS", "LOSS", "RESTARTS", "GPUS", "AGE", "MESSAGE"});
     const double now = Now();
     for (const auto& j : resp.jobs()) {
@@ -317,16 +309,8 @@ int main(int argc, char** argv) {
     adctl::v1::GetJobRequest req;
     req.set_job_id(job_id);
     adctl::v1::Job job;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().GetJob(ctx.get(), req, &job);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
-    if (g.json()) {
-      std::cout << ToJson(job) << "\n";
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::GetJob, req, &job)) != 0) return;
+    if (PrintedAsJson(g, job)) return;
     const double now = Now();
     std::cout << "Job:        " << job.id() << " (" << job.name() << ")\n"
               << "State:      " << StateName(job.state()) << "\n";
@@ -434,12 +418,7 @@ int main(int argc, char** argv) {
     req.set_force(force);
     if (grace) req.set_grace_seconds(*grace);
     adctl::v1::Job job;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().CancelJob(ctx.get(), req, &job);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::CancelJob, req, &job)) != 0) return;
     print_job(job);
   });
   auto* pause = app.add_subcommand("pause", "checkpoint and stop a job, keeping it resumable");
@@ -451,12 +430,7 @@ int main(int argc, char** argv) {
     req.set_job_id(job_id);
     if (grace) req.set_grace_seconds(*grace);
     adctl::v1::Job job;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().PauseJob(ctx.get(), req, &job);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::PauseJob, req, &job)) != 0) return;
     print_job(job);
   });
   auto* resume = app.add_subcommand(
@@ -471,12 +445,7 @@ int main(int argc, char** argv) {
     req.set_job_id(job_id);
     if (resume_gpus) req.set_gpus(*resume_gpus);
     adctl::v1::Job job;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().ResumeJob(ctx.get(), req, &job);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::ResumeJob, req, &job)) != 0) return;
     print_job(job);
   });
 
@@ -501,16 +470,8 @@ int main(int argc, char** argv) {
     adctl::v1::ListCheckpointsRequest req;
     req.set_job_id(job_id);
     adctl::v1::ListCheckpointsResponse resp;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().ListCheckpoints(ctx.get(), req, &resp);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
-    if (g.json()) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListCheckpoints, req, &resp)) != 0) return;
+    if (PrintedAsJson(g, resp)) return;
     Table t({"STEP", "SIZE", "ON DISK", "ATTEMPT", "PATH"});
     for (const auto& ck : resp.checkpoints()) {
       t.Add({std::to_string(ck.step()), FormatBytes(ck.size_bytes()), ck.on_disk() ? "yes" : "no",
@@ -527,16 +488,8 @@ int main(int argc, char** argv) {
     adctl::v1::ListEventsRequest req;
     req.set_job_id(job_id);
     adctl::v1::ListEventsResponse resp;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().ListEvents(ctx.get(), req, &resp);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
-    if (g.json()) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListEvents, req, &resp)) != 0) return;
+    if (PrintedAsJson(g, resp)) return;
     Table t({"TIME", "ATTEMPT", "KIND", "LEVEL", "MESSAGE"});
     for (const auto& e : resp.events()) {
       t.Add({TimeOfDay(e.time()), std::to_string(e.attempt()), e.kind(), e.level(), e.message()});
@@ -551,16 +504,8 @@ int main(int argc, char** argv) {
     Client c = client();
     adctl::v1::ListDevicesRequest req;
     adctl::v1::ListDevicesResponse resp;
-    auto ctx = c.Context();
-    grpc::Status st = c.stub().ListDevices(ctx.get(), req, &resp);
-    if (!st.ok()) {
-      rc = ReportError(st, c.server());
-      return;
-    }
-    if (g.json()) {
-      std::cout << ToJson(resp) << "\n";
-      return;
-    }
+    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListDevices, req, &resp)) != 0) return;
+    if (PrintedAsJson(g, resp)) return;
     Table t({"DEVICE", "KIND", "MODEL", "MEMORY", "JOB"});
     for (const auto& d : resp.devices()) {
       t.Add({d.name(), d.kind(), d.model(),

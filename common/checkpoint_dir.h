@@ -5,8 +5,8 @@
 //   <root>/.tmp-step-00000010-<pid>/   being written (CheckpointWriter::dir())
 //   <root>/step-00000010/              committed: the caller's files + manifest.json
 //
-// Commit protocol (docs/research/job-service-anchors.md §5: resume only from *committed*
-// checkpoints): fsync every file while hashing it, write manifest.json
+// Commit protocol (resume only from *committed* checkpoints, as torchtitan's and
+// Orbax's checkpointers do): fsync every file while hashing it, write manifest.json
 // {format_version, step, created_unix, metadata, files: [{path, bytes, sha256}]}, fsync it and
 // the directory, rename the directory to step-NNNNNNNN, fsync the root. A crash at any point
 // leaves either the previous set of committed checkpoints or the new one, plus at most a

@@ -170,7 +170,8 @@ int main(int argc, char** argv) {
   options.restart_backoff_seconds = restart_backoff;
   adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics);
 
-  adctl::JobServiceImpl job_service(&supervisor, token);
+  adctl::JobQueries queries(store->get(), &supervisor);
+  adctl::JobServiceImpl job_service(&supervisor, &queries, token);
   adctl::WorkerServiceImpl worker_service(&supervisor);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -184,7 +185,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  adctl::HttpServer http_server(&supervisor, &metrics, static_dir);
+  adctl::HttpServer http_server(&queries, &metrics, static_dir);
   std::string http_address;
   if (!http.empty()) {
     std::string http_host;

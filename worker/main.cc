@@ -2,7 +2,7 @@
 //   train          run a job spec (the coordinator's contract: docs/worker-contract.md)
 //   check-parity   forward + backward of a diffusers model on given inputs, for parity checks
 //   make-synthetic write the synthetic clips as a latent dataset (safetensors shards)
-// Exit codes: worker/exit_codes.h (README "Worker exit codes").
+// Exit codes and the assignment flags: common/worker_contract.h (README "Worker exit codes").
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -15,11 +15,16 @@
 
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/worker_contract.h"
 #include "worker/data/latent_dataset.h"
-#include "worker/exit_codes.h"
 #include "worker/model/weights.h"
 #include "worker/report/coordinator_client.h"
+#include "worker/data/preprocess.h"
+#include "worker/text/tokenize_command.h"
 #include "worker/tools/parity.h"
+#include "worker/tools/tiny_pretrained.h"
+#include "worker/video/ffmpeg_log.h"
+#include "worker/video/make_videos.h"
 #include "worker/train/trainer.h"
 
 namespace adctl {
@@ -83,40 +88,33 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
-int EnvIntOr(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
-}
-
 struct TrainArgs {
-  std::string spec_path;
+  std::vector<std::string> assignment_args;  // WorkerAssignment's flags
   std::vector<std::string> overrides;
-  int rank = -1, world_size = -1, local_rank = -1, attempt = -1;
-  std::string job_dir, coordinator, job_id, metrics_out;
+  std::string metrics_out;
 };
 
 int Train(const TrainArgs& a) {
-  auto spec = LoadJobSpecFile(a.spec_path, a.overrides);
+  auto assignment = WorkerAssignment::FromArgs(a.assignment_args);
+  if (!assignment.ok()) {
+    spdlog::error("{}", assignment.status().ToString());
+    return kExitBadSpec;
+  }
+  auto spec = LoadJobSpecFile(assignment->spec_path, a.overrides);
   if (!spec.ok()) {
     spdlog::error("{}", spec.status().ToString());
     return kExitBadSpec;
   }
   TrainerOptions o;
   o.spec = *spec;
-  o.rank = a.rank >= 0 ? a.rank : EnvIntOr("RANK", 0);
-  o.world_size = a.world_size >= 0 ? a.world_size : EnvIntOr("WORLD_SIZE", 1);
-  o.local_rank = a.local_rank >= 0 ? a.local_rank : EnvIntOr("LOCAL_RANK", o.rank);
-  o.attempt = a.attempt >= 0 ? a.attempt : EnvIntOr("ADCTL_ATTEMPT", 1);
-  o.job_dir = !a.job_dir.empty()
-                  ? a.job_dir
-                  : EnvOr("ADCTL_JOB_DIR", fs::absolute(a.spec_path).parent_path().string());
-  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
-    spdlog::error("bad rank {} / world size {}", o.rank, o.world_size);
-    return kExitBadSpec;
-  }
-  const std::string coordinator =
-      !a.coordinator.empty() ? a.coordinator : EnvOr("ADCTL_COORDINATOR", "");
-  const std::string job_id = !a.job_id.empty() ? a.job_id : EnvOr("ADCTL_JOB_ID", "local");
+  o.rank = assignment->rank;
+  o.world_size = assignment->world_size;
+  o.local_rank = assignment->local_rank;
+  o.local_world_size = assignment->local_world_size;
+  o.attempt = assignment->attempt;
+  o.job_dir = assignment->job_dir;
+  const std::string& coordinator = assignment->coordinator;
+  const std::string& job_id = assignment->job_id;
 
   std::vector<std::unique_ptr<Reporter>> sinks;
   sinks.push_back(MakeLogReporter(o.rank));
@@ -124,8 +122,8 @@ int Train(const TrainArgs& a) {
   const std::string metrics_dir = EnvOr("ADWORKER_METRICS_DIR", "");
   if (metrics_out.empty() && !metrics_dir.empty()) {
     // Set in adctld's environment, it reaches every rank it launches (benchmarks read it).
-    metrics_out = metrics_dir + "/" + EnvOr("ADCTL_JOB_ID", "local") + "-attempt-" +
-                  std::to_string(o.attempt) + "-rank-" + std::to_string(o.rank) + ".jsonl";
+    metrics_out = metrics_dir + "/" + job_id + "-attempt-" + std::to_string(o.attempt) + "-rank-" +
+                  std::to_string(o.rank) + ".jsonl";
   }
   if (!metrics_out.empty()) {
     auto jsonl = std::make_unique<JsonlReporter>(metrics_out);
@@ -138,7 +136,7 @@ int Train(const TrainArgs& a) {
   CoordinatorClient* client = nullptr;
   if (!coordinator.empty()) {
     auto connected = CoordinatorClient::Connect(coordinator, job_id, o.attempt, o.rank,
-                                                o.world_size, EnvOr("ADCTL_TOKEN", ""));
+                                                o.world_size, EnvOr(kWorkerTokenEnv, ""));
     if (!connected.ok()) {
       spdlog::error("coordinator {}: {}", coordinator, connected.status().ToString());
       // Unreachable is worth a retry; a wrong token or a superseded attempt is not.
@@ -153,7 +151,7 @@ int Train(const TrainArgs& a) {
   o.stop_flag = &g_stop;
   spdlog::info("rank {}/{} job {} attempt {} dir {}", o.rank, o.world_size, job_id, o.attempt,
                o.job_dir);
-  const int rc = RunTrainer(o);
+  const int rc = o.spec.kind == "preprocess" ? RunPreprocess(o) : RunTrainer(o);
   if (client != nullptr && !client->Flush(std::chrono::seconds(10))) {
     spdlog::warn("coordinator {}: not every report was delivered before exit", coordinator);
   }
@@ -213,19 +211,48 @@ int main(int argc, char** argv) {
 
   TrainArgs ta;
   auto* train = app.add_subcommand("train", "Run a training job spec");
-  train->add_option("--spec", ta.spec_path, "job spec YAML")->required()->check(CLI::ExistingFile);
+  // The assignment flags are the worker contract's (common/worker_contract.h), parsed there.
+  train->allow_extras();
+  train->footer(
+      "Assignment: --spec FILE [--job-dir DIR] [--job-id ID] [--attempt A] [--rank R]\n"
+      "  [--world-size N] [--local-rank L] [--local-world-size N] [--coordinator HOST:PORT]\n"
+      "  (job dir: the spec's directory; no coordinator: a standalone run)");
   train->add_option("--set", ta.overrides, "override a spec field: key=value (repeatable)");
-  train->add_option("--rank", ta.rank, "rank (env RANK)");
-  train->add_option("--world-size", ta.world_size, "ranks in the job (env WORLD_SIZE)");
-  train->add_option("--local-rank", ta.local_rank, "rank on this host (env LOCAL_RANK)");
-  train->add_option("--attempt", ta.attempt, "attempt number (env ADCTL_ATTEMPT)");
-  train->add_option("--job-dir", ta.job_dir, "job directory (env ADCTL_JOB_DIR)");
-  train->add_option("--coordinator", ta.coordinator,
-                    "adctld address host:port (env ADCTL_COORDINATOR)");
-  train->add_option("--job-id", ta.job_id, "job id (env ADCTL_JOB_ID)");
   train->add_option("--metrics-out", ta.metrics_out,
                     "append each step as a JSON line to this file (default: "
                     "$ADWORKER_METRICS_DIR/<job>-attempt-<a>-rank-<r>.jsonl when that is set)");
+
+  auto* preprocess = app.add_subcommand(
+      "preprocess", "Run a preprocess job spec (videos + captions -> latent cache) standalone");
+  preprocess->allow_extras();
+  preprocess->footer("Same assignment flags as train: --spec FILE [--rank R --world-size N] ...");
+  preprocess->add_option("--set", ta.overrides, "override a spec field: key=value (repeatable)");
+  preprocess->add_option("--metrics-out", ta.metrics_out, "append progress as JSON lines");
+
+  std::string vocab;
+  std::vector<std::string> texts;
+  auto* tokenize = app.add_subcommand(
+      "tokenize", "Print CLIP token ids (no start/end tokens) of each TEXT as a JSON array");
+  tokenize->add_option("--vocab", vocab,
+                       "CLIP's bpe_simple_vocab_16e6.txt.gz or a Hugging Face tokenizer folder")
+      ->required();
+  tokenize->add_option("texts", texts, "captions")->required();
+
+  std::string tiny_out;
+  uint64_t tiny_seed = 0;
+  auto* tiny = app.add_subcommand(
+      "make-tiny-pretrained", "Write a small random Stable Diffusion folder (diffusers layout)");
+  tiny->add_option("--out", tiny_out, "output directory")->required();
+  tiny->add_option("--seed", tiny_seed, "weights seed");
+
+  std::string videos_out;
+  int video_clips = 16;
+  uint64_t video_seed = 0;
+  auto* videos = app.add_subcommand(
+      "make-videos", "Write encoded videos of moving shapes and a WebVid-style videos.csv");
+  videos->add_option("--out", videos_out, "output directory")->required();
+  videos->add_option("--clips", video_clips, "number of videos")->check(CLI::Range(1, 100000));
+  videos->add_option("--seed", video_seed, "seed");
 
   std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, io_out;
   auto* parity = app.add_subcommand(
@@ -266,9 +293,36 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSigterm);
   std::signal(SIGINT, OnSigterm);
 
-  if (*train) return Train(ta);
+  if (*train) {
+    ta.assignment_args = train->remaining();
+    return Train(ta);
+  }
+  if (*preprocess) {
+    ta.assignment_args = preprocess->remaining();
+    return Train(ta);
+  }
   if (*parity && !text_encoder.empty()) return CheckTextEncoderParity(text_encoder, io_in, io_out);
   if (*parity && !vae.empty()) return CheckVaeParity(vae, io_in, io_out);
+  if (*tokenize) return RunTokenizeCommand(vocab, texts, std::cout, std::cerr);
+  if (*tiny) {
+    auto st = MakeTinyPretrained(tiny_out, tiny_seed);
+    if (!st.ok()) {
+      spdlog::error("{}", st.ToString());
+      return kExitCrash;
+    }
+    spdlog::info("wrote a tiny Stable Diffusion folder to {}", tiny_out);
+    return kExitOk;
+  }
+  if (*videos) {
+    QuietFfmpegLogs();
+    auto st = MakeVideos(videos_out, video_clips, video_seed);
+    if (!st.ok()) {
+      spdlog::error("{}", st.ToString());
+      return kExitCrash;
+    }
+    spdlog::info("wrote {} videos and videos.csv to {}", video_clips, videos_out);
+    return kExitOk;
+  }
   if (*parity) return CheckParity(unet2d, adapter, unet_motion, io_in, io_out);
   if (*make) {
     auto st = WriteSyntheticShards(synth, channels, text_dim, synth_out, shard_size);

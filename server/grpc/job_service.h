@@ -1,10 +1,11 @@
-// adctl.v1.JobService over the Supervisor: validate, call, convert. Thread-safe (stateless
-// apart from the constant token).
+// adctl.v1.JobService: validate, call (the Supervisor for commands, JobQueries for reads),
+// convert (server/api/convert.h). Thread-safe (stateless apart from the constant token).
 #pragma once
 
 #include <string>
 
 #include "adctl/v1/job_service.grpc.pb.h"
+#include "server/api/job_queries.h"
 #include "server/supervisor/supervisor.h"
 
 namespace adctl {
@@ -12,8 +13,8 @@ namespace adctl {
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `user_token`: when non-empty, every call must carry `authorization: Bearer <user_token>`.
-  JobServiceImpl(Supervisor* supervisor, std::string user_token)
-      : supervisor_(supervisor), user_token_(std::move(user_token)) {}
+  JobServiceImpl(Supervisor* supervisor, const JobQueries* queries, std::string user_token)
+      : supervisor_(supervisor), queries_(queries), user_token_(std::move(user_token)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -40,9 +41,10 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   Status CheckToken(grpc::ServerContext* ctx) const;
-  Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks);
+  Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks) const;
 
   Supervisor* const supervisor_;
+  const JobQueries* const queries_;
   const std::string user_token_;
 };
 

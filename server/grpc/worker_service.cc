@@ -1,16 +1,10 @@
 #include "server/grpc/worker_service.h"
 
 #include "proto/grpc_status.h"
-#include "server/grpc/convert.h"
+#include "server/api/convert.h"
 #include "server/grpc/job_service.h"
 
 namespace adctl {
-
-#define ADCTL_GRPC_RETURN_IF_ERROR(expr)             \
-  do {                                               \
-    ::adctl::Status _status = (expr);                \
-    if (!_status.ok()) return ToGrpcStatus(_status); \
-  } while (0)
 
 Status WorkerServiceImpl::Check(grpc::ServerContext* ctx, const v1::RankRef& ref) {
   if (ref.job_id().empty()) return InvalidArgument("ref.job_id: required");
@@ -23,11 +17,9 @@ grpc::Status WorkerServiceImpl::RegisterRank(grpc::ServerContext* ctx,
                                              const v1::RegisterRankRequest* req,
                                              v1::RegisterRankResponse* resp) {
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
-  auto spec =
-      supervisor_->RegisterRank(req->ref().job_id(), req->ref().attempt(), req->ref().rank(),
-                                req->world_size(), req->pid(), req->host());
-  if (!spec.ok()) return ToGrpcStatus(spec.status());
-  resp->set_spec_yaml(spec.value());
+  ADCTL_GRPC_RETURN_IF_ERROR(supervisor_->RegisterRank(req->ref().job_id(), req->ref().attempt(),
+                                                       req->ref().rank(), req->world_size(),
+                                                       req->pid(), req->host()));
   resp->set_heartbeat_interval_ms(supervisor_->heartbeat_interval_ms());
   return grpc::Status::OK;
 }

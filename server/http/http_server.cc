@@ -1,38 +1,48 @@
 #include "server/http/http_server.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "server/grpc/convert.h"
+#include "server/api/convert.h"
 
 namespace adctl {
 
 namespace {
 
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
+// The HTTP status of each adctl::Status code (as grpc-gateway maps the gRPC codes).
+int HttpStatusOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kFailedPrecondition:
+      return 400;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+      return 409;
+    case StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
 }
 
 void SendError(httplib::Response& res, const Status& st) {
-  res.status = st.code() == StatusCode::kNotFound          ? 404
-               : st.code() == StatusCode::kInvalidArgument ? 400
-                                                           : 500;
+  res.status = HttpStatusOf(st.code());
   nlohmann::json body = {{"error", StatusCodeName(st.code())}, {"message", st.message()}};
   res.set_content(body.dump(), "application/json");
 }
 
 }  // namespace
 
-HttpServer::HttpServer(Supervisor* supervisor, JobMetrics* metrics, std::string static_dir)
-    : supervisor_(supervisor), metrics_(metrics), static_dir_(std::move(static_dir)) {}
+HttpServer::HttpServer(const JobQueries* queries, JobMetrics* metrics, std::string static_dir)
+    : queries_(queries), metrics_(metrics), static_dir_(std::move(static_dir)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -52,26 +62,22 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
       if (!st) return SendError(res, InvalidArgument("state: unknown state"));
       states.push_back(*st);
     }
-    auto jobs = supervisor_->store()->ListJobs(states, 1000);
+    auto jobs = queries_->ListJobs(states, 1000);
     if (!jobs.ok()) return SendError(res, jobs.status());
     v1::ListJobsResponse out;
-    for (const JobRecord& j : jobs.value()) {
-      JobToProto(j, supervisor_->WaitReason(j.id), out.add_jobs());
-    }
+    for (const JobView& j : jobs.value()) JobViewToProto(j, out.add_jobs());
     res.set_content(ToJson(out), "application/json");
   });
   s.Get(R"(/api/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    auto job = supervisor_->store()->GetJob(req.matches[1]);
+    auto job = queries_->GetJob(req.matches[1], /*with_ranks=*/true);
     if (!job.ok()) return SendError(res, job.status());
     v1::Job out;
-    JobToProto(job.value(), supervisor_->WaitReason(job->id), &out);
-    std::map<int, bool> alive;
-    RanksToProto(supervisor_->LiveRanks(job->id, &alive), alive, &out);
+    JobViewToProto(job.value(), &out);
     res.set_content(ToJson(out), "application/json");
   });
   s.Get(R"(/api/v1/jobs/([^/]+)/events)",
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto events = supervisor_->store()->ListEvents(req.matches[1], 0);
+          auto events = queries_->ListEvents(req.matches[1]);
           if (!events.ok()) return SendError(res, events.status());
           v1::ListEventsResponse out;
           for (const EventRecord& e : events.value()) EventToProto(e, out.add_events());
@@ -79,7 +85,7 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
         });
   s.Get(R"(/api/v1/jobs/([^/]+)/metrics)",
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto points = supervisor_->store()->ListMetrics(req.matches[1], 0);
+          auto points = queries_->ListMetrics(req.matches[1]);
           if (!points.ok()) return SendError(res, points.status());
           std::string body = "{\"points\": [";
           for (size_t i = 0; i < points->size(); ++i) {
@@ -92,16 +98,7 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
         });
   s.Get("/api/v1/devices", [this](const httplib::Request&, httplib::Response& res) {
     v1::ListDevicesResponse out;
-    for (const DeviceStatus& d : supervisor_->Devices()) {
-      v1::Device* p = out.add_devices();
-      p->set_name(d.device.name);
-      p->set_kind(d.device.kind);
-      p->set_model(d.device.model);
-      p->set_uuid(d.device.uuid);
-      p->set_memory_total_bytes(d.device.memory_total_bytes);
-      p->set_memory_used_bytes(d.device.memory_used_bytes);
-      p->set_job_id(d.job_id);
-    }
+    for (const DeviceStatus& d : queries_->Devices()) DeviceToProto(d, out.add_devices());
     res.set_content(ToJson(out), "application/json");
   });
   if (!static_dir_.empty() && std::filesystem::is_directory(static_dir_)) {

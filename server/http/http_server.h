@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "common/status.h"
+#include "server/api/job_queries.h"
 #include "server/metrics/job_metrics.h"
-#include "server/supervisor/supervisor.h"
 
 namespace httplib {
 class Server;
@@ -25,14 +25,14 @@ namespace adctl {
 
 class HttpServer {
  public:
-  HttpServer(Supervisor* supervisor, JobMetrics* metrics, std::string static_dir);
+  HttpServer(const JobQueries* queries, JobMetrics* metrics, std::string static_dir);
   ~HttpServer();
   // Binds host:port (port 0: any free port) and serves in a background thread.
   Result<int> Start(const std::string& host, int port);
   void Stop();
 
  private:
-  Supervisor* const supervisor_;
+  const JobQueries* const queries_;
   JobMetrics* const metrics_;
   const std::string static_dir_;
   std::unique_ptr<httplib::Server> server_;

@@ -1,4 +1,4 @@
-// adctld's Prometheus metrics (docs/research/job-service-anchors.md §6): job counts by state,
+// adctld's Prometheus metrics (README.md "Metrics" lists them): job counts by state,
 // per-job training progress, per-rank data wait, checkpoints and restarts. Label `job_id`,
 // never `job` (Prometheus owns it). Series of a finished job are dropped `retain_seconds` after
 // it ended, so /metrics does not grow without bound. Thread-safe.

@@ -505,14 +505,6 @@ Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobStat
   return j;
 }
 
-Status Store::SetJobMessage(const std::string& id, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "UPDATE jobs SET message=? WHERE id=?");
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(message).Bind(id);
-  return s.Run();
-}
-
 Result<std::vector<std::pair<JobState, int64_t>>> Store::CountJobsByState() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");

@@ -157,7 +157,6 @@ class Store {
   Result<JobRecord> Transition(const std::string& id, std::optional<JobState> expected_from,
                                JobState to, const std::string& message,
                                const TransitionChanges& changes = {});
-  Status SetJobMessage(const std::string& id, const std::string& message);
   Result<std::vector<std::pair<JobState, int64_t>>> CountJobsByState();
 
   // Attempts and ranks.

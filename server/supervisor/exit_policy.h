@@ -1,18 +1,13 @@
-// How a rank's exit maps to the job's outcome (docs/worker-contract.md, worker/exit_codes.h).
+// How a rank's exit maps to the job's outcome: the worker contract's exit-code table
+// (common/worker_contract.h) applied to how the process ended (a signal is always retryable).
 #pragma once
 
 #include <string>
 
+#include "common/worker_contract.h"
 #include "server/launcher/process.h"
 
 namespace adctl {
-
-enum class ExitClass {
-  kSuccess,    // 0
-  kStopped,    // 75: stop honoured, checkpoint committed
-  kRetryable,  // 1, 76, other codes, killed by a signal
-  kFatal,      // 2, 3, 4: the same attempt would fail again
-};
 
 ExitClass ClassifyExit(const ExitStatus& exit);
 // "exited with code 2 (bad spec or command line)".

@@ -14,8 +14,10 @@
 #include <thread>
 
 #include "common/fs_util.h"
+#include "common/job_layout.h"
 #include "common/job_spec.h"
 #include "server/scheduler/scheduler.h"
+#include "server/supervisor/launch_plan.h"
 
 extern char** environ;
 
@@ -52,11 +54,6 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
 }
 
 // Variables that must not leak from adctld's own environment into a rank.
-bool IsRankOwnedVariable(const std::string& key) {
-  return key.rfind("ADCTL_", 0) == 0 || key == "RANK" || key == "LOCAL_RANK" ||
-         key == "WORLD_SIZE" || key == "CUDA_VISIBLE_DEVICES" || key == "LOCAL_WORLD_SIZE";
-}
-
 }  // namespace
 
 Supervisor::Supervisor(SupervisorOptions options, Store* store, Launcher* launcher,
@@ -127,16 +124,6 @@ Result<JobRecord> Supervisor::TransitionLocked(const std::string& job_id, JobSta
   return job;
 }
 
-std::string Supervisor::RankLogPath(const JobRecord& job, int attempt, int rank) const {
-  return job.job_dir + "/logs/attempt-" + std::to_string(attempt) + "/rank-" +
-         std::to_string(rank) + ".log";
-}
-
-std::string Supervisor::RankExitPath(const std::string& job_dir, int attempt, int rank) const {
-  return job_dir + "/logs/attempt-" + std::to_string(attempt) + "/rank-" + std::to_string(rank) +
-         ".exit";
-}
-
 // ---------------------------------------------------------------------------------------------
 // JobService operations.
 
@@ -191,9 +178,9 @@ Result<std::pair<JobRecord, bool>> Supervisor::Submit(const SubmitRequest& reque
   job.submitted_at = NowSeconds();
   job.progress.total_steps = spec.train.max_steps;
   std::error_code ec;
-  fs::create_directories(job.job_dir + "/logs", ec);
+  fs::create_directories(JobLayout(job.job_dir).logs(), ec);
   if (ec) return Internal("cannot create " + job.job_dir + ": " + ec.message());
-  ADCTL_RETURN_IF_ERROR(WriteFileAtomically(job.job_dir + "/spec.yaml", yaml));
+  ADCTL_RETURN_IF_ERROR(WriteFileAtomically(JobLayout(job.job_dir).spec(), yaml));
   Status inserted = store_->InsertJob(job);
   if (!inserted.ok()) {
     // A concurrent retry with the same submission id won the race.
@@ -343,7 +330,7 @@ Result<JobRecord> Supervisor::Resume(const std::string& job_id, std::optional<in
     s.resources.gpus = *gpus;
     ADCTL_RETURN_IF_ERROR(ValidateJobSpec(s));
     const std::string yaml = JobSpecToYaml(s);
-    ADCTL_RETURN_IF_ERROR(WriteFileAtomically(job->job_dir + "/spec.yaml", yaml));
+    ADCTL_RETURN_IF_ERROR(WriteFileAtomically(JobLayout(job->job_dir).spec(), yaml));
     c.spec_yaml = yaml;
     c.gpus = *gpus;
     message = "resumed by user on " + std::to_string(*gpus) + " ranks (train.grad_accum " +
@@ -395,6 +382,22 @@ std::vector<RankRecord> Supervisor::LiveRanks(const std::string& job_id,
   return ranks.value();
 }
 
+Status Supervisor::AddEvent(const std::string& job_id, int attempt, const std::string& kind,
+                            const std::string& level, const std::string& message) {
+  EventRecord e;
+  e.job_id = job_id;
+  e.attempt = attempt;
+  e.kind = kind;
+  e.level = level;
+  e.message = message;
+  auto id = store_->AddEvent(e);
+  if (!id.ok()) {
+    spdlog::warn("job {}: cannot record event '{}': {}", job_id, message, id.status().ToString());
+    return id.status();
+  }
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Launching and supervising attempts.
 
@@ -402,7 +405,7 @@ Status Supervisor::LaunchLocked(const JobRecord& job, const std::vector<std::str
                                 bool is_restart) {
   const int attempt = job.attempt + 1;
   const double now = NowSeconds();
-  ADCTL_RETURN_IF_ERROR(WriteFileAtomically(job.job_dir + "/spec.yaml", job.spec_yaml));
+  ADCTL_RETURN_IF_ERROR(WriteFileAtomically(JobLayout(job.job_dir).spec(), job.spec_yaml));
   TransitionChanges c;
   c.attempt = attempt;
   c.devices = devices;
@@ -429,71 +432,21 @@ Status Supervisor::LaunchLocked(const JobRecord& job, const std::vector<std::str
     a.hang_timeout_seconds = spec->resources.hang_timeout_seconds;
   }
 
-  // The rank's environment: adctld's own (minus what we set), the contract variables, and the
-  // NCCL multicast safety defaults (see docs/worker-contract.md) unless the operator set them.
-  std::vector<std::pair<std::string, std::string>> base_env;
-  std::set<std::string> present;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = kv.substr(0, eq);
-    if (IsRankOwnedVariable(key)) continue;
-    present.insert(key);
-    base_env.emplace_back(key, kv.substr(eq + 1));
-  }
-  const std::pair<const char*, const char*> kSafetyDefaults[] = {
-      {"NCCL_NVLS_ENABLE", "0"},
-      {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
-      {"NVSHMEM_DISABLE_NVLS", "1"},
-  };
-  for (const auto& [k, v] : kSafetyDefaults) {
-    if (!present.count(k)) base_env.emplace_back(k, v);
-  }
-  const bool cpu = !devices.empty() && devices[0].rfind("cpu", 0) == 0;
-  if (cpu && !present.count("OMP_NUM_THREADS")) {
-    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    unsigned per_rank = std::max(1u, cores / static_cast<unsigned>(options_.devices.size()));
-    base_env.emplace_back("OMP_NUM_THREADS", std::to_string(per_rank));
-  }
-
-  const std::string spec_path = job.job_dir + "/spec.yaml";
-  const int world = static_cast<int>(devices.size());
-  for (int rank = 0; rank < world; ++rank) {
-    RankLaunch l;
-    l.executable = options_.worker_binary;
-    l.argv = {options_.worker_binary,
-              "train",
-              "--spec",
-              spec_path,
-              "--job-dir",
-              job.job_dir,
-              "--rank",
-              std::to_string(rank),
-              "--world-size",
-              std::to_string(world),
-              "--local-rank",
-              std::to_string(rank),
-              "--coordinator",
-              options_.coordinator_address,
-              "--job-id",
-              job.id,
-              "--attempt",
-              std::to_string(attempt)};
-    l.env = base_env;
-    l.env.emplace_back("RANK", std::to_string(rank));
-    l.env.emplace_back("LOCAL_RANK", std::to_string(rank));
-    l.env.emplace_back("WORLD_SIZE", std::to_string(world));
-    l.env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(world));
-    l.env.emplace_back("CUDA_VISIBLE_DEVICES", cpu ? "" : devices[rank]);
-    l.env.emplace_back("ADCTL_COORDINATOR", options_.coordinator_address);
-    l.env.emplace_back("ADCTL_JOB_ID", job.id);
-    l.env.emplace_back("ADCTL_ATTEMPT", std::to_string(attempt));
-    l.env.emplace_back("ADCTL_JOB_DIR", job.job_dir);
-    l.env.emplace_back("ADCTL_TOKEN", job.token);
-    l.env.emplace_back("ADCTL_DEVICE", devices[rank]);
-    l.log_path = RankLogPath(job, attempt, rank);
-    l.exit_path = RankExitPath(job.job_dir, attempt, rank);
+  AttemptLaunchInput input;
+  input.worker_binary = options_.worker_binary;
+  input.coordinator = options_.coordinator_address;
+  input.job_id = job.id;
+  input.job_dir = job.job_dir;
+  input.token = job.token;
+  input.attempt = attempt;
+  input.devices = devices;
+  input.host_slots = options_.devices.size();
+  std::vector<std::string> inherited;
+  for (char** e = environ; *e; ++e) inherited.emplace_back(*e);
+  const std::vector<RankLaunch> plan =
+      PlanAttemptLaunch(input, WorkerBaseEnvironment(inherited, input));
+  for (int rank = 0; rank < static_cast<int>(plan.size()); ++rank) {
+    const RankLaunch& l = plan[rank];
     auto launched = launcher_->Launch(l);
     if (!launched.ok()) {
       for (RankProc& r : a.ranks) launcher_->Signal(r.pgid, SIGKILL);
@@ -577,15 +530,12 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
     store_->RecordRankExit(a->job_id, a->attempt, r.rank, st.exit_code, st.signal);
 
     ExitClass cls = ClassifyExit(st);
-    EventRecord e;
-    e.job_id = a->job_id;
-    e.attempt = a->attempt;
-    e.kind = "rank_exit";
-    e.level = (cls == ExitClass::kSuccess || cls == ExitClass::kStopped) ? "info" : "error";
-    e.message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
-    store_->AddEvent(e);
+    const std::string message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
+    AddEvent(a->job_id, a->attempt, "rank_exit",
+             (cls == ExitClass::kSuccess || cls == ExitClass::kStopped) ? "info" : "error",
+             message);
     NotifyLocked();
-    spdlog::info("job {} attempt {}: {}", a->job_id, a->attempt, e.message);
+    spdlog::info("job {} attempt {}: {}", a->job_id, a->attempt, message);
 
     const bool failed = cls == ExitClass::kRetryable || cls == ExitClass::kFatal ||
                         (cls == ExitClass::kStopped && !a->teardown);
@@ -608,13 +558,7 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
                      " s (resources.hang_timeout_seconds " +
                      std::to_string(static_cast<int>(a->hang_timeout_seconds)) + ")";
         a->failure_class = ExitClass::kRetryable;
-        EventRecord e;
-        e.job_id = a->job_id;
-        e.attempt = a->attempt;
-        e.kind = "hang";
-        e.level = "error";
-        e.message = a->failure + "; stopping the attempt";
-        store_->AddEvent(e);
+        AddEvent(a->job_id, a->attempt, "hang", "error", a->failure + "; stopping the attempt");
         StartTeardownLocked(a, a->grace_seconds, now);
       }
     }
@@ -629,13 +573,8 @@ void Supervisor::UpdateAttemptLocked(ActiveAttempt* a, double now) {
     }
     a->killed = true;
     if (any_alive) {
-      EventRecord e;
-      e.job_id = a->job_id;
-      e.attempt = a->attempt;
-      e.kind = "teardown";
-      e.level = "warning";
-      e.message = "grace period over: SIGKILL sent to the remaining ranks";
-      store_->AddEvent(e);
+      AddEvent(a->job_id, a->attempt, "teardown", "warning",
+               "grace period over: SIGKILL sent to the remaining ranks");
     }
   }
 }
@@ -679,8 +618,8 @@ bool Supervisor::FinishAttemptLocked(ActiveAttempt* a, double now) {
       if (a->failure.empty()) a->failure = summary, a->failure_class = ExitClass::kRetryable;
       if (a->failure_class == ExitClass::kFatal) {
         TransitionLocked(a->job_id, JobState::kFailed,
-                         a->failure + "; not retried. See " + job->job_dir + "/logs/attempt-" +
-                             std::to_string(a->attempt) + "/",
+                         a->failure + "; not retried. See " +
+                             JobLayout(job->job_dir).attempt_logs(a->attempt) + "/",
                          end);
         return false;
       }
@@ -804,7 +743,7 @@ Status Supervisor::ReconcileLocked() {
       p.group_killed_at = now;
       p.exit.exit_code = r.exit_code;
       p.exit.signal = r.exit_signal;
-      p.exit_path = RankExitPath(job.job_dir, job.attempt, r.rank);
+      p.exit_path = JobLayout(job.job_dir).rank_exit(job.attempt, r.rank);
       if (!p.exited && ProcessAlive(p.pgid, p.start_time)) ++alive;
       a.ranks.push_back(p);
     }
@@ -822,14 +761,11 @@ Status Supervisor::ReconcileLocked() {
     if (job.state == JobState::kCancelling || job.state == JobState::kPausing) {
       StartTeardownLocked(&a, job.grace_seconds, now);
     }
-    EventRecord e;
-    e.job_id = job.id;
-    e.attempt = job.attempt;
-    e.kind = "reconcile";
-    e.message = "adctld restarted: " + std::to_string(alive) + " of " + std::to_string(expected) +
-                " rank(s) of attempt " + std::to_string(job.attempt) + " still alive, re-attached";
-    store_->AddEvent(e);
-    spdlog::info("job {}: {}", job.id, e.message);
+    const std::string message = "adctld restarted: " + std::to_string(alive) + " of " +
+                                std::to_string(expected) + " rank(s) of attempt " +
+                                std::to_string(job.attempt) + " still alive, re-attached";
+    AddEvent(job.id, job.attempt, "reconcile", "info", message);
+    spdlog::info("job {}: {}", job.id, message);
     active_[job.id] = std::move(a);
   }
   return Status::Ok();
@@ -862,8 +798,8 @@ Status CheckCurrentAttempt(const JobRecord& job, int attempt) {
 
 }  // namespace
 
-Result<std::string> Supervisor::RegisterRank(const std::string& job_id, int attempt, int rank,
-                                             int world_size, int pid, const std::string& host) {
+Status Supervisor::RegisterRank(const std::string& job_id, int attempt, int rank, int world_size,
+                                int pid, const std::string& host) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
   ADCTL_RETURN_IF_ERROR(CheckCurrentAttempt(job.value(), attempt));
@@ -873,16 +809,12 @@ Result<std::string> Supervisor::RegisterRank(const std::string& job_id, int atte
                            std::to_string(job->gpus) + " ranks)");
   }
   ADCTL_RETURN_IF_ERROR(store_->RecordRankWorker(job_id, attempt, rank, pid, host, NowSeconds()));
-  EventRecord e;
-  e.job_id = job_id;
-  e.attempt = attempt;
-  e.kind = "worker";
-  e.message = "rank " + std::to_string(rank) + " registered (pid " + std::to_string(pid) + " on " +
-              host + ")";
-  store_->AddEvent(e);
+  AddEvent(job_id, attempt, "worker", "info",
+           "rank " + std::to_string(rank) + " registered (pid " + std::to_string(pid) + " on " +
+               host + ")");
   std::lock_guard<std::mutex> lock(mu_);
   NotifyLocked();
-  return job->spec_yaml;
+  return Status::Ok();
 }
 
 Result<std::pair<bool, std::string>> Supervisor::Heartbeat(const std::string& job_id, int attempt,
@@ -989,13 +921,8 @@ Status Supervisor::ReportCheckpoint(const std::string& job_id, int attempt, int 
   checkpoint.attempt = attempt;
   if (checkpoint.created_at == 0) checkpoint.created_at = NowSeconds();
   ADCTL_RETURN_IF_ERROR(store_->AddCheckpoint(checkpoint));
-  EventRecord e;
-  e.job_id = job_id;
-  e.attempt = attempt;
-  e.kind = "checkpoint";
-  e.message =
-      "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path;
-  store_->AddEvent(e);
+  AddEvent(job_id, attempt, "checkpoint", "info",
+           "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path);
   if (observer_) observer_->OnCheckpoint(checkpoint);
   std::lock_guard<std::mutex> lock(mu_);
   NotifyLocked();
@@ -1004,14 +931,8 @@ Status Supervisor::ReportCheckpoint(const std::string& job_id, int attempt, int 
 
 Status Supervisor::ReportWorkerEvent(const std::string& job_id, int attempt, int rank,
                                      const std::string& level, const std::string& message) {
-  EventRecord e;
-  e.job_id = job_id;
-  e.attempt = attempt;
-  e.kind = "worker";
-  e.level = level.empty() ? "info" : level;
-  e.message = "rank " + std::to_string(rank) + ": " + message;
-  auto id = store_->AddEvent(e);
-  if (!id.ok()) return id.status();
+  ADCTL_RETURN_IF_ERROR(AddEvent(job_id, attempt, "worker", level.empty() ? "info" : level,
+                                 "rank " + std::to_string(rank) + ": " + message));
   std::lock_guard<std::mutex> lock(mu_);
   NotifyLocked();
   return Status::Ok();

@@ -92,8 +92,8 @@ class Supervisor {
 
   // --- WorkerService operations. `token` is the bearer token the rank presented.
   Status Authorize(const std::string& job_id, const std::string& token);
-  Result<std::string> RegisterRank(const std::string& job_id, int attempt, int rank, int world_size,
-                                   int pid, const std::string& host);
+  Status RegisterRank(const std::string& job_id, int attempt, int rank, int world_size, int pid,
+                      const std::string& host);
   // Returns whether the rank must stop (pause/cancel), with the reason.
   Result<std::pair<bool, std::string>> Heartbeat(const std::string& job_id, int attempt, int rank,
                                                  int64_t step, int pid);
@@ -111,8 +111,6 @@ class Supervisor {
   Status ReportWorkerEvent(const std::string& job_id, int attempt, int rank,
                            const std::string& level, const std::string& message);
 
-  const SupervisorOptions& options() const { return options_; }
-  Store* store() const { return store_; }
   int heartbeat_interval_ms() const { return options_.heartbeat_interval_ms; }
 
  private:
@@ -159,8 +157,9 @@ class Supervisor {
   void ScheduleLocked();
   Status ReconcileLocked();
   void NotifyLocked();
-  std::string RankLogPath(const JobRecord& job, int attempt, int rank) const;
-  std::string RankExitPath(const std::string& job_dir, int attempt, int rank) const;
+  // Stores one event row (the state-transition events are written by Store::Transition).
+  Status AddEvent(const std::string& job_id, int attempt, const std::string& kind,
+                  const std::string& level, const std::string& message);
   Result<JobRecord> TransitionLocked(const std::string& job_id, JobState to,
                                      const std::string& message,
                                      const TransitionChanges& changes = {});

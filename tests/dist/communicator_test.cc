@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/worker_contract.h"
 #include "tests/dist/multiprocess.h"
 #include "worker/dist/directory_kv_store.h"
-#include "worker/exit_codes.h"
 
 namespace adctl {
 namespace {

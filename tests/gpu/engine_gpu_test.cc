@@ -8,7 +8,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/fs_util.h"
 #include "common/job_spec.h"
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 #include "worker/model/weights.h"
 #include "worker/train/trainer.h"
 

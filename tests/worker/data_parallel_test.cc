@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 #include "worker/model/weights.h"
 
 namespace adctl {

@@ -18,7 +18,7 @@
 #include "common/safetensors.h"
 #include "worker/data/latent_cache.h"
 #include "worker/data/preprocess.h"
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 
 namespace adctl {
 namespace {

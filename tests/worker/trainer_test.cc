@@ -9,8 +9,8 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
+#include "common/worker_contract.h"
 #include "worker/data/latent_dataset.h"
-#include "worker/exit_codes.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -111,7 +111,7 @@ TEST_F(TrainerTest, ResumeContinuesTheUninterruptedLossCurve) {
 
   RecordingReporter first;
   first.stop_after = 3;  // like a pause after step 3: checkpoint, exit 75
-  ASSERT_EQ(Train(Spec(), "resumed", &first), kExitPreempted);
+  ASSERT_EQ(Train(Spec(), "resumed", &first), kExitStopped);
   EXPECT_EQ(first.losses.size(), 3u);
   RecordingReporter second;
   ASSERT_EQ(Train(Spec(), "resumed", &second), kExitOk);
@@ -175,7 +175,7 @@ TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {
 TEST_F(TrainerTest, CorruptNewestCheckpointFallsBackToTheOlderOne) {
   RecordingReporter first;
   first.stop_after = 4;
-  ASSERT_EQ(Train(Spec(), "c", &first), kExitPreempted);
+  ASSERT_EQ(Train(Spec(), "c", &first), kExitStopped);
   // Flip a byte in the newest checkpoint's optimizer state.
   const auto file = root_ / "c/checkpoints/step-00000004/optimizer.safetensors";
   {

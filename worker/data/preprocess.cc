@@ -16,7 +16,7 @@
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "worker/data/latent_cache.h"
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 #include "worker/model/clip_text.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/vae.h"
@@ -138,7 +138,8 @@ class Preprocess {
 
  private:
   int Fail(const Failure& f) {
-    reporter_.OnEvent(EventLevel::kError, f.message);
+    reporter_.OnEvent(f.exit_code == kExitStopped ? EventLevel::kInfo : EventLevel::kError,
+                      f.message);
     return f.exit_code;
   }
 
@@ -459,7 +460,7 @@ class Preprocess {
         if (next.valid()) next.wait();
         reporter_.OnEvent(EventLevel::kInfo, "preprocess: stopped; " + std::to_string(done) +
                                                  " shards written, the rest on resume");
-        return Failure{kExitPreempted, "preprocess: stop requested"};
+        return Failure{kExitStopped, "preprocess: stop requested"};
       }
       const auto t0 = Clock::now();
       auto clips = next.get();
@@ -506,7 +507,7 @@ class Preprocess {
       int64_t missing = 0;
       for (int64_t s = 0; s < num_shards_; ++s) missing += !fs::exists(ShardPath(s));
       if (missing == 0) break;
-      if (StopRequested()) return Failure{kExitPreempted, "preprocess: stop requested"};
+      if (StopRequested()) return Failure{kExitStopped, "preprocess: stop requested"};
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     LatentCacheIndex index;

@@ -22,7 +22,7 @@
 
 namespace adctl {
 
-// Runs a preprocess job spec; returns the process exit code (worker/exit_codes.h).
+// Runs a preprocess job spec; returns the process exit code (common/worker_contract.h).
 int RunPreprocess(const TrainerOptions& options);
 
 // uint8 RGB frames [F, H, W, 3] → float [F, 3, h, w] in [−1, 1]: the short side resized to

@@ -1,6 +1,6 @@
 // Diffusion schedules: DDPM training noise (add_noise, epsilon and v targets) and DDIM
 // sampling steps, matching diffusers' DDPMScheduler / DDIMScheduler (float32, 1000 steps).
-// docs/research/animatediff-spec.md §4.1 (linear β 0.00085 → 0.012) and §6.
+// AnimateDiff trains with the linear β schedule 0.00085 → 0.012 (its configs/training yaml).
 #pragma once
 
 #include <torch/torch.h>

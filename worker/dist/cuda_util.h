@@ -3,7 +3,7 @@
 //
 // ADCTL_CUDA_CHECK / ADCTL_NCCL_CHECK are for the training hot path (cf. llm.c's cudaCheck):
 // on failure they print "file:line: call: error" and end the process at once with a documented
-// exit code (worker/exit_codes.h): a CUDA error is a crash (1), an NCCL error a communication
+// exit code (common/worker_contract.h): a CUDA error is a crash (1), an NCCL error a communication
 // failure (76, retryable). Nothing is unwound: a device in an unknown state is not worth it.
 // NcclStatus turns a failed call into a Status, for rendezvous where errors are values.
 #pragma once
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 
 namespace adctl::cuda {
 

@@ -2,7 +2,7 @@
 // backward. LibTorch's C++ API has no torch.utils.checkpoint, so this is a custom autograd
 // function. Like AnimateDiff's, it makes the block input require grad when it does not (the
 // layers before the first motion module are frozen), otherwise the block's parameters would
-// get no gradient (docs/research/animatediff-spec.md §2.4). The block must be deterministic.
+// get no gradient (AnimateDiff's animatediff/models/attention.py). The block must be deterministic.
 #pragma once
 
 #include <torch/torch.h>

@@ -6,7 +6,7 @@
 // forward computes in the input's dtype: weights stored in another dtype (fp32 trainable
 // motion modules under bf16 activations) are cast on the fly, so autograd reaches the fp32
 // master weights. Reference: diffusers models/resnet.py, attention.py, attention_processor.py,
-// transformers/transformer_2d.py, embeddings.py (docs/research/animatediff-spec.md §1.2).
+// transformers/transformer_2d.py, embeddings.py.
 #pragma once
 
 #include <torch/torch.h>

@@ -4,9 +4,9 @@
 // norm (GroupNorm, eps 1e-6) → proj_in (Linear) → transformer_blocks.0 [norm1 + pos_embed →
 // attn1 (self, over frames); norm2 + pos_embed → attn2 (self again); norm3 → ff (GEGLU)] →
 // proj_out (Linear) + residual. The module ignores the timestep and the text
-// (docs/research/animatediff-spec.md §2.3). `pos_embed.pe` [1, max_seq_length, C] is the
-// sinusoidal table with interleaved sin/cos, recomputed at construction and saved for
-// diffusers compatibility.
+// (diffusers models/unets/unet_motion_model.py, AnimateDiffTransformer3D). `pos_embed.pe` [1,
+// max_seq_length, C] is the sinusoidal table with interleaved sin/cos, recomputed at construction
+// and saved for diffusers compatibility.
 #pragma once
 
 #include <torch/torch.h>

@@ -3,9 +3,10 @@
 // Sources: a UNet2DConditionModel directory plus a MotionAdapter directory (the usual path:
 // SD1.5 + an adapter), a combined UNetMotionModel directory, or an original AnimateDiff
 // motion-module file (safetensors) whose keys are renamed by the one key map below
-// (docs/research/animatediff-spec.md §5). Loading is a strict walk over the model's own
-// parameter and buffer names: a missing, unexpected or mis-shaped tensor is an error naming
-// the key. Output: a MotionAdapter directory diffusers loads with `MotionAdapter.from_pretrained`.
+// (AnimateDiff's mm_sd_v15_v2 key names → diffusers MotionAdapter). Loading is a strict walk over
+// the model's own parameter and buffer names: a missing, unexpected or mis-shaped tensor is an
+// error naming the key. Output: a MotionAdapter directory diffusers loads with
+// `MotionAdapter.from_pretrained`.
 #pragma once
 
 #include <torch/torch.h>

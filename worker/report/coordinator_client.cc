@@ -82,7 +82,6 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     auto ctx = client->Context(std::chrono::seconds(5));
     grpc::Status st = client->stub_->RegisterRank(ctx.get(), req, &resp);
     if (st.ok()) {
-      client->spec_yaml_ = resp.spec_yaml();
       if (resp.heartbeat_interval_ms() > 0) {
         client->heartbeat_interval_ms_ = resp.heartbeat_interval_ms();
       }

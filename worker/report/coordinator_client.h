@@ -59,8 +59,7 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
 
   // Sends everything queued; false when the deadline passed first.
   bool Flush(std::chrono::milliseconds timeout);
-  // The effective job spec as adctld holds it (same as <job-dir>/spec.yaml).
-  const std::string& spec_yaml() const { return spec_yaml_; }
+  // How often the coordinator wants a heartbeat (RegisterRank told it).
   int heartbeat_interval_ms() const { return heartbeat_interval_ms_; }
 
  private:
@@ -79,7 +78,6 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   v1::RankRef ref_;
   std::string token_;
-  std::string spec_yaml_;
   int heartbeat_interval_ms_ = 1000;
   int pid_ = 0;
 

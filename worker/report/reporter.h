@@ -47,7 +47,7 @@ class Reporter {
   virtual void OnCheckpoint(const CheckpointReport& report) = 0;
   virtual void OnEvent(EventLevel level, const std::string& message) = 0;
   // True once the coordinator asked this rank to stop (pause/cancel); the loop then
-  // checkpoints and exits with kExitPreempted. SIGTERM sets the same flag locally.
+  // checkpoints and exits with kExitStopped. SIGTERM sets the same flag locally.
   virtual bool StopRequested() = 0;
 };
 

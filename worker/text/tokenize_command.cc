@@ -1,6 +1,6 @@
 #include "worker/text/tokenize_command.h"
 
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 #include "worker/text/clip_tokenizer.h"
 
 namespace adctl {

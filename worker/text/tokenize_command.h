@@ -10,7 +10,7 @@
 namespace adctl {
 
 // `vocab_path`: CLIP's .gz merges file or a Hugging Face tokenizer folder (ClipTokenizer::Load).
-// Returns 0, or 2 (bad spec or command line, worker/exit_codes.h) when the vocabulary does not
+// Returns 0, or 2 (bad spec or command line, common/worker_contract.h) when the vocabulary does not
 // load; the error goes to `err`.
 int RunTokenizeCommand(const std::string& vocab_path, const std::vector<std::string>& texts,
                        std::ostream& out, std::ostream& err);

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "worker/exit_codes.h"
+#include "common/worker_contract.h"
 #include "worker/model/clip_text.h"
 #include "worker/model/vae.h"
 #include "worker/model/weights.h"

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "common/job_layout.h"
+#include "common/worker_contract.h"
 #include "worker/compat.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/data/sampler.h"
@@ -16,7 +18,6 @@
 #include "worker/dist/communicator.h"
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
-#include "worker/exit_codes.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
 #include "worker/train/optimizer.h"
@@ -76,8 +77,8 @@ class Run {
       // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
       // each other's data preparation 20x. Split the cores between the host's ranks, at most 8
       // each (torchrun goes further and sets OMP_NUM_THREADS=1).
-      const char* local = std::getenv("LOCAL_WORLD_SIZE");
-      const int ranks_here = std::max(1, local != nullptr ? std::atoi(local) : o_.world_size);
+      const int ranks_here =
+          std::max(1, o_.local_world_size > 0 ? o_.local_world_size : o_.world_size);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
     }
@@ -85,9 +86,7 @@ class Run {
         !why.empty()) {
       return Failure{kExitBadSpec, "train.attention: " + why};
     }
-    checkpoint_root_ = spec_.checkpoint.dir.empty()
-                           ? (fs::path(o_.job_dir) / "checkpoints").string()
-                           : spec_.checkpoint.dir;
+    checkpoint_root_ = JobLayout(o_.job_dir).checkpoints(spec_.checkpoint.dir);
 
     if (auto f = LoadModel()) return f;
     const auto& unet_cfg = model_->unet_config();
@@ -132,9 +131,7 @@ class Run {
     if (o_.world_size > 1) {
       KeyValueStore* store = o_.store;
       if (store == nullptr) {
-        own_store_ = MakeDirectoryKeyValueStore(
-            (fs::path(o_.job_dir) / "rendezvous" / ("attempt-" + std::to_string(o_.attempt)))
-                .string());
+        own_store_ = MakeDirectoryKeyValueStore(JobLayout(o_.job_dir).rendezvous(o_.attempt));
         store = own_store_.get();
       }
       const auto timeout = std::chrono::milliseconds(
@@ -171,7 +168,7 @@ class Run {
       // The tiny preset's frozen UNet is written out so its checkpoints load as a diffusers
       // pair; sd15's random 3.4 GB are not worth the disk.
       if (o_.rank == 0 && m.preset == "tiny") {
-        const auto dir = fs::path(o_.job_dir) / "model" / "unet2d";
+        const fs::path dir = JobLayout(o_.job_dir).preset_unet2d();
         if (!fs::exists(dir / "config.json")) {
           auto st = SaveUNet2D(*model_, dir.string());
           if (!st.ok()) return Failure{kExitCrash, st.ToString()};
@@ -324,7 +321,7 @@ class Run {
                       "stopped at step " + std::to_string(step_) +
                           (spec_.checkpoint.enabled ? " after checkpoint"
                                                     : " (checkpoints disabled: nothing saved)"));
-    return kExitPreempted;
+    return kExitStopped;
   }
 
   int Train() {

@@ -1,7 +1,7 @@
 // One training rank: model, data, optimizer, data-parallel reduction, checkpoints, stop.
 //
-// `Trainer::Run` is what `adworker train` does after parsing its command line. Every failure
-// maps to a documented exit code (worker/exit_codes.h). A rank always resumes from the newest
+// `RunTrainer` is what `adworker train` does after parsing its command line. Every failure
+// maps to a documented exit code (common/worker_contract.h). A rank always resumes from the newest
 // verified checkpoint under the checkpoint directory, so restart and resume need nothing from
 // the caller. Per-sample noise and timesteps are drawn from generators seeded by
 // (train.seed, the sample's run-wide position), so the RNG state is the data position, N ranks
@@ -23,12 +23,13 @@ struct TrainerOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 0;  // ranks on this host; 0: world_size
   int attempt = 1;
   std::string job_dir;
   // Rendezvous store for world_size > 1 (the coordinator's, or a directory store).
   KeyValueStore* store = nullptr;
   Reporter* reporter = nullptr;
-  // Set by SIGTERM: finish the step, checkpoint, exit kExitPreempted.
+  // Set by SIGTERM: finish the step, checkpoint, exit kExitStopped.
   const std::atomic<bool>* stop_flag = nullptr;
 };
 

@@ -11,12 +11,12 @@
 #include <cstring>
 #include <thread>
 
+#include "common/worker_contract.h"
 #include "tests/dist/multiprocess.h"
 #include "tests/dist/tiny_training.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
-#include "worker/exit_codes.h"
 
 namespace adctl {
 namespace {

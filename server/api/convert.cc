@@ -1,6 +1,13 @@
-#include "server/grpc/convert.h"
+#include "server/api/convert.h"
+
+#include <google/protobuf/util/json_util.h>
 
 namespace adctl {
+
+double EtaSeconds(int64_t step, int64_t total_steps, double step_seconds) {
+  if (step_seconds <= 0 || total_steps <= step) return 0;
+  return static_cast<double>(total_steps - step) * step_seconds;
+}
 
 void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* out) {
   out->set_id(job.id);
@@ -26,10 +33,9 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_loss(job.progress.loss);
   p->set_clips_per_second(job.progress.clips_per_second);
   p->set_step_seconds(job.progress.step_seconds);
-  if (job.progress.step_seconds > 0 && job.progress.total_steps > job.progress.step &&
-      !IsTerminal(job.state)) {
-    p->set_eta_seconds(static_cast<double>(job.progress.total_steps - job.progress.step) *
-                       job.progress.step_seconds);
+  if (!IsTerminal(job.state)) {
+    p->set_eta_seconds(
+        EtaSeconds(job.progress.step, job.progress.total_steps, job.progress.step_seconds));
   }
   p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
   p->set_updated_at(job.progress.updated_at);
@@ -80,6 +86,7 @@ void MetricToProto(const MetricRecord& m, v1::MetricPoint* out) {
   out->set_clips_per_second(m.clips_per_second);
   out->set_samples_seen(m.samples_seen);
   out->set_peak_memory_bytes(m.peak_memory_bytes);
+  out->set_eta_seconds(EtaSeconds(m.step, m.total_steps, m.step_seconds));
 }
 
 MetricRecord MetricFromProto(const v1::MetricPoint& p) {
@@ -97,6 +104,39 @@ MetricRecord MetricFromProto(const v1::MetricPoint& p) {
   m.samples_seen = p.samples_seen();
   m.peak_memory_bytes = p.peak_memory_bytes();
   return m;
+}
+
+void JobViewToProto(const JobView& view, v1::Job* out) {
+  JobToProto(view.job, view.wait_reason, out);
+  if (!view.ranks.empty()) RanksToProto(view.ranks, view.rank_alive, out);
+}
+
+void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {
+  out->set_step(checkpoint.step);
+  out->set_path(checkpoint.path);
+  out->set_size_bytes(checkpoint.size_bytes);
+  out->set_created_at(checkpoint.created_at);
+  out->set_attempt(checkpoint.attempt);
+  out->set_on_disk(checkpoint.on_disk);
+}
+
+void DeviceToProto(const DeviceStatus& d, v1::Device* out) {
+  out->set_name(d.device.name);
+  out->set_kind(d.device.kind);
+  out->set_model(d.device.model);
+  out->set_uuid(d.device.uuid);
+  out->set_memory_total_bytes(d.device.memory_total_bytes);
+  out->set_memory_used_bytes(d.device.memory_used_bytes);
+  out->set_job_id(d.job_id);
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
 }
 
 }  // namespace adctl

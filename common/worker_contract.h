@@ -1,0 +1,77 @@
+// The contract between adctld and adworker, in one place: the exit codes a rank returns (with
+// the class the coordinator gives each) and the assignment a launcher hands a rank on its
+// command line. Both sides compile this file, so a change to the contract changes both.
+//
+// The environment carries only what third-party libraries read (CUDA_VISIBLE_DEVICES, NCCL_*,
+// OMP_NUM_THREADS) and the per-job secret (kWorkerTokenEnv); everything adctl itself reads
+// comes through WorkerAssignment. The spec reaches the rank as a file (JobLayout::spec()).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace adctl {
+
+// --- Exit codes --------------------------------------------------------------------------------
+
+constexpr int kExitOk = 0;             // training finished, final checkpoint committed
+constexpr int kExitCrash = 1;          // unexpected error (bug, OOM, ...): retryable
+constexpr int kExitBadSpec = 2;        // invalid spec or command line: never retried
+constexpr int kExitDataError = 3;      // dataset missing/corrupt: never retried
+constexpr int kExitModelError = 4;     // weights missing/mis-shaped/corrupt: never retried
+constexpr int kExitStopped = 75;       // stop requested (pause or cancel); checkpoint committed
+constexpr int kExitTransient = 76;     // rendezvous/communication failure: retryable
+constexpr int kExitNotExecuted = 127;  // the shell convention: the binary could not be executed
+
+enum class ExitClass {
+  kSuccess,    // the rank finished
+  kStopped,    // a stop was honoured; the checkpoint is committed
+  kRetryable,  // a new attempt may succeed (also: unknown codes, killed by a signal)
+  kFatal,      // the same attempt would fail again
+};
+
+struct ExitCodeInfo {
+  int code;
+  ExitClass exit_class;
+  const char* description;  // "bad spec or command line"
+};
+
+// Every code the worker documents, in code order. README.md "Worker exit codes" is this table.
+const std::vector<ExitCodeInfo>& WorkerExitCodes();
+// The class of an exit code; an unknown code is retryable.
+ExitClass ClassifyExitCode(int code);
+// The description of a code, or "" for an unknown one.
+std::string DescribeExitCode(int code);
+
+// --- Launch ------------------------------------------------------------------------------------
+
+// The environment variable that carries the per-job token (a secret: never on the command line).
+constexpr char kWorkerTokenEnv[] = "ADCTL_TOKEN";
+
+// What one rank is asked to do: `adworker train <ToArgv()>`. Standalone runs leave coordinator
+// empty (rendezvous through files in the job directory) and may omit everything but spec_path.
+struct WorkerAssignment {
+  std::string spec_path;  // the job spec file
+  std::string job_dir;    // "": the spec file's directory
+  std::string job_id = "local";
+  int attempt = 1;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = -1;        // rank on this host; -1: same as rank
+  int local_world_size = -1;  // ranks on this host; -1: same as world_size
+  std::string coordinator;    // adctld's WorkerService host:port; "": standalone
+
+  // The flags after `adworker train`, in a fixed order.
+  std::vector<std::string> ToArgv() const;
+  // Parses exactly the flags ToArgv writes (`--name value` or `--name=value`), fills the defaults
+  // above (job_dir from spec_path) and checks the ranks. Anything else is an error.
+  static Result<WorkerAssignment> FromArgs(const std::vector<std::string>& args);
+  // Fills the defaults and checks the ranks (FromArgs calls it; adworker's own parser too).
+  Status Resolve();
+
+  bool operator==(const WorkerAssignment& o) const;
+};
+
+}  // namespace adctl

@@ -1,0 +1,158 @@
+#include "server/api/job_queries.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "common/checkpoint_dir.h"
+#include "common/job_layout.h"
+#include "common/job_spec.h"
+
+namespace adctl {
+
+namespace {
+
+Status RequireJobId(const std::string& id) {
+  if (id.empty()) return InvalidArgument("job_id: required");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<JobView> JobQueries::GetJob(const std::string& job_id, bool with_ranks) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  JobView view;
+  view.job = std::move(job.value());
+  view.wait_reason = supervisor_->WaitReason(job_id);
+  if (with_ranks) view.ranks = supervisor_->LiveRanks(job_id, &view.rank_alive);
+  return view;
+}
+
+Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& states, int limit,
+                                                  int64_t before_seq) const {
+  auto jobs = store_->ListJobs(states, limit, before_seq);
+  if (!jobs.ok()) return jobs.status();
+  std::vector<JobView> views;
+  for (JobRecord& j : jobs.value()) {
+    JobView view;
+    view.wait_reason = supervisor_->WaitReason(j.id);
+    view.job = std::move(j);
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+Result<std::vector<EventRecord>> JobQueries::ListEvents(const std::string& job_id, int64_t after_id,
+                                                        int limit) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  return store_->ListEvents(job_id, after_id, limit);
+}
+
+Result<std::vector<MetricRecord>> JobQueries::ListMetrics(const std::string& job_id,
+                                                          int64_t after_id) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  return store_->ListMetrics(job_id, after_id);
+}
+
+Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::string& job_id) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  std::string spec_checkpoint_dir;
+  if (auto spec = ParseJobSpec(job->spec_yaml); spec.ok()) {
+    spec_checkpoint_dir = spec->checkpoint.dir;
+  }
+  std::map<int64_t, CheckpointView> by_step;
+  if (auto reported = store_->ListCheckpoints(job_id); reported.ok()) {
+    for (const CheckpointRecord& c : reported.value()) {
+      CheckpointView& out = by_step[c.step];
+      out.step = c.step;
+      out.path = c.path;
+      out.size_bytes = c.size_bytes;
+      out.created_at = c.created_at;
+      out.attempt = c.attempt;
+    }
+  }
+  auto on_disk = adctl::ListCheckpoints(JobLayout(job->job_dir).checkpoints(spec_checkpoint_dir));
+  if (on_disk.ok()) {
+    for (const CheckpointInfo& c : on_disk.value()) {
+      CheckpointView& out = by_step[c.step];
+      out.step = c.step;
+      out.path = c.path;
+      out.size_bytes = c.bytes;
+      out.on_disk = true;
+    }
+  }
+  std::vector<CheckpointView> out;
+  for (auto& [step, c] : by_step) out.push_back(std::move(c));
+  return out;
+}
+
+Status JobQueries::CheckRankLogRef(const JobRecord& job, int attempt, int rank) {
+  if (rank < 0 || rank >= std::max(job.gpus, 1)) {
+    return InvalidArgument("rank: job " + job.id + " has ranks 0.." + std::to_string(job.gpus - 1) +
+                           ", got " + std::to_string(rank));
+  }
+  if (attempt < 0 || attempt > job.attempt) {
+    return InvalidArgument("attempt: job " + job.id + " has attempts 1.." +
+                           std::to_string(job.attempt) + ", got " + std::to_string(attempt));
+  }
+  return Status::Ok();
+}
+
+std::string JobQueries::RankLogPath(const JobRecord& job, int attempt, int rank) const {
+  return JobLayout(job.job_dir).rank_log(attempt, rank);
+}
+
+LogRead JobQueries::ReadRankLog(const JobRecord& job, int attempt, int rank, int64_t offset,
+                                size_t max_bytes) const {
+  LogRead read;
+  std::ifstream in(RankLogPath(job, attempt, rank), std::ios::binary);
+  if (!in) return read;
+  read.exists = true;
+  in.seekg(0, std::ios::end);
+  read.size = in.tellg();
+  if (offset < 0 || offset >= read.size) return read;
+  in.seekg(offset);
+  read.data.resize(std::min<int64_t>(read.size - offset, static_cast<int64_t>(max_bytes)));
+  in.read(read.data.data(), static_cast<std::streamsize>(read.data.size()));
+  read.data.resize(static_cast<size_t>(in.gcount()));
+  return read;
+}
+
+Result<WatchCursor> JobQueries::StartWatch(const std::string& job_id,
+                                           int64_t after_event_id) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  WatchCursor cursor;
+  cursor.last_event_id = after_event_id;
+  // Metrics: only points from now on (the job snapshot carries the progress so far).
+  if (auto all = store_->ListMetrics(job_id, 0, 0); all.ok() && !all->empty()) {
+    cursor.last_metric_id = all->back().id;
+  }
+  return cursor;
+}
+
+Result<WatchBatch> JobQueries::Watch(const std::string& job_id, WatchCursor* cursor) const {
+  auto job = GetJob(job_id, /*with_ranks=*/false);
+  if (!job.ok()) return job.status();
+  WatchBatch batch;
+  batch.job = std::move(job.value());
+  if (auto events = store_->ListEvents(job_id, cursor->last_event_id); events.ok()) {
+    batch.events = std::move(events.value());
+    if (!batch.events.empty()) cursor->last_event_id = batch.events.back().id;
+  }
+  if (auto metrics = store_->ListMetrics(job_id, cursor->last_metric_id, 0); metrics.ok()) {
+    batch.metrics = std::move(metrics.value());
+    if (!batch.metrics.empty()) cursor->last_metric_id = batch.metrics.back().id;
+  }
+  return batch;
+}
+
+}  // namespace adctl

@@ -1,0 +1,91 @@
+// The read side of the JobService and the HTTP JSON API: jobs, events, metrics, checkpoints,
+// rank logs and devices, as store records. The gRPC and HTTP handlers validate their request,
+// call this class and convert the answer (server/api/convert.h); none of them touches the
+// Store or the job directory. Thread-safe (the Store and the Supervisor are).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/store.h"
+#include "server/supervisor/supervisor.h"
+
+namespace adctl {
+
+struct JobView {
+  JobRecord job;
+  std::string wait_reason;         // why a QUEUED job waits ("" otherwise)
+  std::vector<RankRecord> ranks;   // the current attempt's ranks (with_ranks only)
+  std::map<int, bool> rank_alive;  // rank → process alive
+};
+
+// A checkpoint as the store recorded it, as found on disk, or both.
+struct CheckpointView {
+  int64_t step = 0;
+  int attempt = 0;
+  std::string path;
+  int64_t size_bytes = 0;
+  double created_at = 0;
+  bool on_disk = false;
+};
+
+// One read of a rank's log: bytes from `offset` on.
+struct LogRead {
+  bool exists = false;  // the log file is there
+  int64_t size = 0;     // its size now
+  std::string data;     // at most max_bytes from the offset
+};
+
+// What Watch has already delivered.
+struct WatchCursor {
+  int64_t last_event_id = 0;
+  int64_t last_metric_id = 0;
+};
+
+struct WatchBatch {
+  JobView job;
+  std::vector<EventRecord> events;    // after the cursor
+  std::vector<MetricRecord> metrics;  // after the cursor
+};
+
+class JobQueries {
+ public:
+  JobQueries(Store* store, Supervisor* supervisor) : store_(store), supervisor_(supervisor) {}
+
+  Result<JobView> GetJob(const std::string& job_id, bool with_ranks) const;
+  // Newest first; `before_seq` > 0 pages on (ListJobs' page token).
+  Result<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit,
+                                        int64_t before_seq = 0) const;
+  Result<std::vector<EventRecord>> ListEvents(const std::string& job_id, int64_t after_id = 0,
+                                              int limit = 0) const;
+  Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id,
+                                                int64_t after_id = 0) const;
+  // Disk is the truth for what exists (retention deletes); the store adds who wrote it, when.
+  // Ordered by step.
+  Result<std::vector<CheckpointView>> ListCheckpoints(const std::string& job_id) const;
+  // InvalidArgument unless the job has rank `rank` and attempt `attempt` (0: the current one).
+  static Status CheckRankLogRef(const JobRecord& job, int attempt, int rank);
+  // Reads rank `rank`'s log of `attempt` from `offset`.
+  LogRead ReadRankLog(const JobRecord& job, int attempt, int rank, int64_t offset,
+                      size_t max_bytes) const;
+  std::string RankLogPath(const JobRecord& job, int attempt, int rank) const;
+  std::vector<DeviceStatus> Devices() const { return supervisor_->Devices(); }
+
+  // A cursor that starts now: events after `after_event_id`, metrics from now on.
+  Result<WatchCursor> StartWatch(const std::string& job_id, int64_t after_event_id) const;
+  // The job and what happened since `cursor`, which it advances.
+  Result<WatchBatch> Watch(const std::string& job_id, WatchCursor* cursor) const;
+  // Blocks until something changed after `*version` or `timeout_ms` passed.
+  void WaitForChange(uint64_t* version, int timeout_ms) const {
+    supervisor_->WaitForChange(version, timeout_ms);
+  }
+
+ private:
+  Store* const store_;
+  Supervisor* const supervisor_;
+};
+
+}  // namespace adctl

@@ -1,0 +1,85 @@
+#include "server/supervisor/launch_plan.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "common/job_layout.h"
+#include "common/worker_contract.h"
+
+namespace adctl {
+namespace {
+
+bool IsRankOwnedVariable(const std::string& key) {
+  return key.rfind("ADCTL_", 0) == 0 || key == "RANK" || key == "LOCAL_RANK" ||
+         key == "WORLD_SIZE" || key == "CUDA_VISIBLE_DEVICES" || key == "LOCAL_WORLD_SIZE";
+}
+
+bool IsCpu(const AttemptLaunchInput& input) {
+  return !input.devices.empty() && input.devices[0].rfind("cpu", 0) == 0;
+}
+
+}  // namespace
+
+EnvList WorkerBaseEnvironment(const std::vector<std::string>& inherited,
+                              const AttemptLaunchInput& input) {
+  EnvList env;
+  std::set<std::string> present;
+  for (const std::string& kv : inherited) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = kv.substr(0, eq);
+    if (IsRankOwnedVariable(key)) continue;
+    present.insert(key);
+    env.emplace_back(key, kv.substr(eq + 1));
+  }
+  const std::pair<const char*, const char*> kSafetyDefaults[] = {
+      {"NCCL_NVLS_ENABLE", "0"},
+      {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
+      {"NVSHMEM_DISABLE_NVLS", "1"},
+  };
+  for (const auto& [k, v] : kSafetyDefaults) {
+    if (!present.count(k)) env.emplace_back(k, v);
+  }
+  if (IsCpu(input) && !present.count("OMP_NUM_THREADS")) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned per_rank =
+        std::max(1u, cores / static_cast<unsigned>(std::max<size_t>(1, input.host_slots)));
+    env.emplace_back("OMP_NUM_THREADS", std::to_string(per_rank));
+  }
+  return env;
+}
+
+std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input,
+                                          const EnvList& base_env) {
+  const JobLayout layout(input.job_dir);
+  const bool cpu = IsCpu(input);
+  const int world = static_cast<int>(input.devices.size());
+  std::vector<RankLaunch> plan;
+  for (int rank = 0; rank < world; ++rank) {
+    WorkerAssignment assignment;
+    assignment.spec_path = layout.spec();
+    assignment.job_dir = input.job_dir;
+    assignment.job_id = input.job_id;
+    assignment.attempt = input.attempt;
+    assignment.rank = rank;
+    assignment.world_size = world;
+    assignment.local_rank = rank;
+    assignment.local_world_size = world;
+    assignment.coordinator = input.coordinator;
+
+    RankLaunch l;
+    l.executable = input.worker_binary;
+    l.argv = {input.worker_binary, "train"};
+    for (std::string& arg : assignment.ToArgv()) l.argv.push_back(std::move(arg));
+    l.env = base_env;
+    l.env.emplace_back("CUDA_VISIBLE_DEVICES", cpu ? "" : input.devices[rank]);
+    l.env.emplace_back(kWorkerTokenEnv, input.token);
+    l.log_path = layout.rank_log(input.attempt, rank);
+    l.exit_path = layout.rank_exit(input.attempt, rank);
+    plan.push_back(std::move(l));
+  }
+  return plan;
+}
+
+}  // namespace adctl

@@ -1,0 +1,165 @@
+// The read side without a socket: a real Store and Supervisor (not started, so jobs stay
+// QUEUED) on a temporary directory, with checkpoints and rank logs written where JobLayout says.
+#include "server/api/job_queries.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/job_layout.h"
+#include "server/api/convert.h"
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JobQueriesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/adctl-queries-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    SupervisorOptions o;
+    o.data_dir = dir_;
+    o.worker_binary = "/bin/false";
+    o.devices = CpuSlots(2);
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
+    SubmitRequest r;
+    r.spec_yaml = "name: q\nmodel: {preset: tiny}\nresources: {gpus: 2}\n";
+    auto job = supervisor_->Submit(r);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    job_ = job->first;
+  }
+  void TearDown() override {
+    supervisor_.reset();
+    fs::remove_all(dir_);
+  }
+  static void Write(const std::string& path, const std::string& text) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << text;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+  LocalLauncher launcher_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::unique_ptr<JobQueries> queries_;
+  JobRecord job_;
+};
+
+TEST_F(JobQueriesTest, GetAndListJobs) {
+  auto view = queries_->GetJob(job_.id, /*with_ranks=*/true);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->job.id, job_.id);
+  EXPECT_EQ(view->job.state, JobState::kQueued);
+  v1::Job proto;
+  JobViewToProto(view.value(), &proto);
+  EXPECT_EQ(proto.wait_reason(), view->wait_reason);
+
+  auto jobs = queries_->ListJobs({JobState::kQueued}, 10);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].job.id, job_.id);
+  EXPECT_TRUE(queries_->ListJobs({JobState::kRunning}, 10)->empty());
+
+  EXPECT_EQ(queries_->GetJob("nope", false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(queries_->GetJob("", false).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(queries_->ListEvents("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(queries_->ListMetrics("nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(JobQueriesTest, CheckpointsMergeDiskAndStore) {
+  const JobLayout layout(job_.job_dir);
+  Write(layout.checkpoints() + "/step-00000004/manifest.json", "{}");
+  CheckpointRecord reported;
+  reported.job_id = job_.id;
+  reported.step = 2;  // retention removed it from disk
+  reported.attempt = 1;
+  reported.path = layout.checkpoints() + "/step-00000002";
+  reported.size_bytes = 10;
+  ASSERT_TRUE(store_->AddCheckpoint(reported).ok());
+  auto list = queries_->ListCheckpoints(job_.id);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].step, 2);
+  EXPECT_FALSE((*list)[0].on_disk);
+  EXPECT_EQ((*list)[0].attempt, 1);
+  EXPECT_EQ((*list)[1].step, 4);
+  EXPECT_TRUE((*list)[1].on_disk);
+}
+
+TEST_F(JobQueriesTest, RankLogsAreReadFromTheLayoutsPathInChunks) {
+  JobRecord job = job_;
+  job.attempt = 1;
+  EXPECT_TRUE(JobQueries::CheckRankLogRef(job, 1, 1).ok());
+  EXPECT_EQ(JobQueries::CheckRankLogRef(job, 1, 2).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(JobQueries::CheckRankLogRef(job, 2, 0).code(), StatusCode::kInvalidArgument);
+
+  EXPECT_FALSE(queries_->ReadRankLog(job, 1, 1, 0, 100).exists);
+  Write(JobLayout(job.job_dir).rank_log(1, 1), "hello world\n");
+  EXPECT_EQ(queries_->RankLogPath(job, 1, 1), JobLayout(job.job_dir).rank_log(1, 1));
+  LogRead first = queries_->ReadRankLog(job, 1, 1, 0, 5);
+  EXPECT_TRUE(first.exists);
+  EXPECT_EQ(first.size, 12);
+  EXPECT_EQ(first.data, "hello");
+  EXPECT_EQ(queries_->ReadRankLog(job, 1, 1, 5, 100).data, " world\n");
+  EXPECT_EQ(queries_->ReadRankLog(job, 1, 1, 12, 100).data, "");
+}
+
+TEST_F(JobQueriesTest, WatchDeliversEachEventOnce) {
+  auto cursor = queries_->StartWatch(job_.id, 0);
+  ASSERT_TRUE(cursor.ok());
+  auto first = queries_->Watch(job_.id, &cursor.value());
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->events.empty());  // "submitted"
+  EXPECT_EQ(first->job.job.id, job_.id);
+  auto second = queries_->Watch(job_.id, &cursor.value());
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->events.empty());
+  ASSERT_TRUE(supervisor_->Cancel(job_.id, std::nullopt, false).ok());
+  auto third = queries_->Watch(job_.id, &cursor.value());
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(third->events.empty());
+  EXPECT_EQ(third->job.job.state, JobState::kCancelled);
+}
+
+TEST_F(JobQueriesTest, DevicesConvertOnce) {
+  auto devices = queries_->Devices();
+  ASSERT_EQ(devices.size(), 2u);
+  v1::Device proto;
+  DeviceToProto(devices[0], &proto);
+  EXPECT_EQ(proto.name(), devices[0].device.name);
+  EXPECT_EQ(proto.kind(), "cpu");
+}
+
+TEST(ConvertTest, TheEtaIsComputedOnceForJobsAndMetricPoints) {
+  EXPECT_DOUBLE_EQ(EtaSeconds(4, 10, 0.5), 3.0);
+  EXPECT_DOUBLE_EQ(EtaSeconds(10, 10, 0.5), 0.0);
+  EXPECT_DOUBLE_EQ(EtaSeconds(4, 10, 0.0), 0.0);
+  MetricRecord m;
+  m.step = 2;
+  m.total_steps = 6;
+  m.step_seconds = 1.5;
+  v1::MetricPoint point;
+  MetricToProto(m, &point);
+  EXPECT_DOUBLE_EQ(point.eta_seconds(), 6.0);
+  JobRecord job;
+  job.state = JobState::kRunning;
+  job.progress.step = 2;
+  job.progress.total_steps = 6;
+  job.progress.step_seconds = 1.5;
+  v1::Job proto;
+  JobToProto(job, "", &proto);
+  EXPECT_DOUBLE_EQ(proto.progress().eta_seconds(), 6.0);
+  job.state = JobState::kSucceeded;
+  v1::Job done;
+  JobToProto(job, "", &done);
+  EXPECT_DOUBLE_EQ(done.progress().eta_seconds(), 0.0);
+}
+
+}  // namespace
+}  // namespace adctl
