@@ -21,8 +21,8 @@
 namespace adctl {
 namespace {
 
-constexpr const char* kSections[] = {"model",      "data",     "preprocess", "train",
-                                     "checkpoint", "resources"};
+constexpr const char* kSections[] = {"model", "data",       "preprocess",
+                                     "train", "checkpoint", "resources"};
 
 // Calls f(dotted_path, field) for every field in canonical order. `Spec` is JobSpec or
 // const JobSpec. train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
@@ -505,12 +505,12 @@ Status ValidateJobSpec(const JobSpec& s) {
           "text_encoder/ and tokenizer/)");
     }
   } else if (m.preset.empty() == !has_paths) {
-    return InvalidArgument(
-        m.preset.empty() ? "model: give a preset ('tiny', 'sd15'), model.pretrained, "
-                           "model.unet2d or model.unet_motion"
-                         : "model.preset: " + Show(m.preset) +
-                               " cannot be combined with model.pretrained/model.unet2d/"
-                               "model.unet_motion; give one of them");
+    return InvalidArgument(m.preset.empty()
+                               ? "model: give a preset ('tiny', 'sd15'), model.pretrained, "
+                                 "model.unet2d or model.unet_motion"
+                               : "model.preset: " + Show(m.preset) +
+                                     " cannot be combined with model.pretrained/model.unet2d/"
+                                     "model.unet_motion; give one of them");
   }
   if (unet_sources > 1) {
     return InvalidArgument(
@@ -535,10 +535,10 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(OneOf("data.kind", d.kind, {"synthetic", "latents", "video"}));
   if (preprocess != (d.kind == "video")) {
     return InvalidArgument(
-        preprocess ? "data.kind: a preprocess job reads videos: set data.kind 'video', got " +
-                         Show(d.kind)
-                   : "data.kind: 'video' is read by a preprocess job (kind: preprocess); train "
-                     "on its cache with data.kind 'latents' and data.path = preprocess.output");
+        preprocess
+            ? "data.kind: a preprocess job reads videos: set data.kind 'video', got " + Show(d.kind)
+            : "data.kind: 'video' is read by a preprocess job (kind: preprocess); train "
+              "on its cache with data.kind 'latents' and data.path = preprocess.output");
   }
   if (d.kind == "video") {
     if (d.csv.empty()) return InvalidArgument("data.csv: required for data.kind 'video'");

@@ -18,7 +18,7 @@ struct ModelSpec {
   // Either a preset ("tiny": random init, small channels, written in diffusers format into the
   // job directory) or paths. With paths: `unet2d` + optional `motion_adapter` (absent: new
   // motion modules, proj_out zero-initialised), or `unet_motion` (combined directory).
-  std::string preset;              // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
+  std::string preset;  // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
   // A diffusers Stable Diffusion folder (unet/, vae/, text_encoder/, tokenizer/, scheduler/),
   // as users download it (fp16 variants too). Training uses its unet/; preprocessing its vae/,
   // text_encoder/ and tokenizer/.
@@ -38,7 +38,7 @@ struct ModelSpec {
 struct DataSpec {
   // "synthetic" | "latents" (a cache written by a preprocess job) | "video" (preprocess only)
   std::string kind = "synthetic";
-  std::string path;                // latents: directory of *.safetensors shards
+  std::string path;  // latents: directory of *.safetensors shards
   // synthetic source: generated deterministically from `seed`.
   int64_t num_samples = 64;
   int64_t frames = 8;
@@ -47,14 +47,14 @@ struct DataSpec {
   int64_t text_len = 8;  // text tokens per clip
   int64_t seed = 0;
   // video: a WebVid-style CSV of captions and a folder of video files.
-  std::string csv;                         // the caption CSV
-  std::string video_dir;                   // folder of the video files
-  std::string id_column = "videoid";       // CSV column naming the file
-  std::string caption_column = "name";     // CSV column with the caption
+  std::string csv;                      // the caption CSV
+  std::string video_dir;                // folder of the video files
+  std::string id_column = "videoid";    // CSV column naming the file
+  std::string caption_column = "name";  // CSV column with the caption
   // File path under video_dir; {column} is that CSV column's value ("{page_dir}/{videoid}.mp4").
   std::string file_pattern = "{videoid}.mp4";
-  int64_t stride = 4;                      // frames between sampled frames (AnimateDiff's rule)
-  int64_t sample_height = 256;             // pixels after resize + center crop
+  int64_t stride = 4;           // frames between sampled frames (AnimateDiff's rule)
+  int64_t sample_height = 256;  // pixels after resize + center crop
   int64_t sample_width = 256;
 };
 

@@ -17,15 +17,15 @@
 #include "common/logging.h"
 #include "common/worker_contract.h"
 #include "worker/data/latent_dataset.h"
+#include "worker/data/preprocess.h"
 #include "worker/model/weights.h"
 #include "worker/report/coordinator_client.h"
-#include "worker/data/preprocess.h"
 #include "worker/text/tokenize_command.h"
 #include "worker/tools/parity.h"
 #include "worker/tools/tiny_pretrained.h"
+#include "worker/train/trainer.h"
 #include "worker/video/ffmpeg_log.h"
 #include "worker/video/make_videos.h"
-#include "worker/train/trainer.h"
 
 namespace adctl {
 namespace {
@@ -233,8 +233,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> texts;
   auto* tokenize = app.add_subcommand(
       "tokenize", "Print CLIP token ids (no start/end tokens) of each TEXT as a JSON array");
-  tokenize->add_option("--vocab", vocab,
-                       "CLIP's bpe_simple_vocab_16e6.txt.gz or a Hugging Face tokenizer folder")
+  tokenize
+      ->add_option("--vocab", vocab,
+                   "CLIP's bpe_simple_vocab_16e6.txt.gz or a Hugging Face tokenizer folder")
       ->required();
   tokenize->add_option("texts", texts, "captions")->required();
 

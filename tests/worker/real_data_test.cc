@@ -10,15 +10,16 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/safetensors.h"
+#include "common/worker_contract.h"
 #include "worker/data/latent_cache.h"
 #include "worker/data/preprocess.h"
-#include "common/worker_contract.h"
 
 namespace adctl {
 namespace {
@@ -26,9 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-int Run(const std::vector<std::string>& args, const std::string& log,
-        std::chrono::seconds limit = std::chrono::seconds(240), pid_t* started = nullptr,
-        const std::function<bool()>& kill_when = nullptr) {
+int RunWorker(const std::vector<std::string>& args, const std::string& log,
+              std::chrono::seconds limit = std::chrono::seconds(240), pid_t* started = nullptr,
+              const std::function<bool()>& kill_when = nullptr) {
   const pid_t pid = fork();
   if (pid == 0) {
     std::vector<char*> argv;
@@ -66,13 +67,14 @@ class RealDataTest : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("adctl-realdata-" + std::to_string(::getpid()));
     fs::create_directories(root_);
-    ASSERT_EQ(Run({ADWORKER, "make-tiny-pretrained", "--out", (root_ / "sd").string()},
-                  (root_ / "make-sd.log").string()),
+    ASSERT_EQ(RunWorker({ADWORKER, "make-tiny-pretrained", "--out", (root_ / "sd").string()},
+                        (root_ / "make-sd.log").string()),
               0)
         << ReadAll((root_ / "make-sd.log").string());
-    ASSERT_EQ(Run({ADWORKER, "make-videos", "--out", (root_ / "videos").string(), "--clips", "8"},
+    ASSERT_EQ(
+        RunWorker({ADWORKER, "make-videos", "--out", (root_ / "videos").string(), "--clips", "8"},
                   (root_ / "make-videos.log").string()),
-              0)
+        0)
         << ReadAll((root_ / "make-videos.log").string());
     // Three broken rows: a missing file, a text file named .mp4, a video cut in half.
     const auto videos = root_ / "videos";
@@ -102,12 +104,15 @@ class RealDataTest : public ::testing::Test {
 
   std::string PreprocessSpec(const std::string& out, int64_t frames, int64_t shard_size) {
     return "kind: preprocess\n"
-           "model: {pretrained: " + (root_ / "sd").string() + "}\n"
-           "data: {kind: video, csv: " + (root_ / "videos" / "videos.csv").string() +
+           "model: {pretrained: " +
+           (root_ / "sd").string() +
+           "}\n"
+           "data: {kind: video, csv: " +
+           (root_ / "videos" / "videos.csv").string() +
            ", video_dir: " + (root_ / "videos").string() + ", frames: " + std::to_string(frames) +
            ", stride: 2, sample_height: 32, sample_width: 32}\n"
-           "preprocess: {output: " + out + ", shard_size: " + std::to_string(shard_size) +
-           ", decode_threads: 2}\n";
+           "preprocess: {output: " +
+           out + ", shard_size: " + std::to_string(shard_size) + ", decode_threads: 2}\n";
   }
 
   static fs::path root_;
@@ -121,10 +126,9 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   const auto job = (root_ / "job-pre").string();
   fs::create_directories(job);
   // Killed as soon as its first shard is committed.
-  const int killed = Run({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job},
-                         (root_ / "pre-1.log").string(), std::chrono::seconds(240), nullptr, [&] {
-                           return fs::exists(fs::path(cache) / CacheShardName(0));
-                         });
+  const int killed = RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job},
+                               (root_ / "pre-1.log").string(), std::chrono::seconds(240), nullptr,
+                               [&] { return fs::exists(fs::path(cache) / CacheShardName(0)); });
   ASSERT_EQ(killed, -9) << ReadAll((root_ / "pre-1.log").string());
   ASSERT_FALSE(fs::exists(fs::path(cache) / kCacheIndexFile));
   const auto first_shard_time = fs::last_write_time(fs::path(cache) / CacheShardName(0));
@@ -134,9 +138,9 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   std::vector<int> codes(2, -1);
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      codes[r] = Run({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job, "--rank",
-                      std::to_string(r), "--world-size", "2"},
-                     (root_ / ("pre-2-rank" + std::to_string(r) + ".log")).string());
+      codes[r] = RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job, "--rank",
+                            std::to_string(r), "--world-size", "2"},
+                           (root_ / ("pre-2-rank" + std::to_string(r) + ".log")).string());
     });
   }
   for (auto& t : ranks) t.join();
@@ -174,23 +178,24 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   // Training on the cache, with caption dropout.
   const auto train = WriteSpec("train", "model: {pretrained: " + (root_ / "sd").string() +
                                             "}\n"
-                                            "data: {kind: latents, path: " + cache +
+                                            "data: {kind: latents, path: " +
+                                            cache +
                                             "}\n"
                                             "train: {max_steps: 3, batch_size: 2, "
                                             "caption_dropout: 0.5}\n"
                                             "checkpoint: {every_steps: 0}\n");
   const auto train_dir = (root_ / "job-train").string();
   fs::create_directories(train_dir);
-  const int trained = Run({ADWORKER, "train", "--spec", train, "--job-dir", train_dir,
-                           "--metrics-out", train_dir + "/metrics.jsonl"},
-                          (root_ / "train.log").string());
+  const int trained = RunWorker({ADWORKER, "train", "--spec", train, "--job-dir", train_dir,
+                                 "--metrics-out", train_dir + "/metrics.jsonl"},
+                                (root_ / "train.log").string());
   ASSERT_EQ(trained, 0) << ReadAll((root_ / "train.log").string());
   EXPECT_NE(ReadAll(train_dir + "/metrics.jsonl").find("\"step\":3"), std::string::npos);
 
   // The same output with other settings is refused, naming what differs.
   const auto other = WriteSpec("pre-other", PreprocessSpec(cache, 6, 2));
-  const int refused = Run({ADWORKER, "preprocess", "--spec", other, "--job-dir", job},
-                          (root_ / "pre-3.log").string());
+  const int refused = RunWorker({ADWORKER, "preprocess", "--spec", other, "--job-dir", job},
+                                (root_ / "pre-3.log").string());
   EXPECT_EQ(refused, kExitBadSpec);
   const std::string log3 = ReadAll((root_ / "pre-3.log").string());
   EXPECT_NE(log3.find("other settings"), std::string::npos) << log3;
@@ -202,11 +207,11 @@ TEST_F(RealDataTest, DatasetWithoutAnyVideoFailsBeforeLoadingModels) {
   std::ofstream(csv) << "videoid,name,page_dir\nnope1,gone,x\nnope2,gone too,x\n";
   const auto spec = WriteSpec(
       "nothing", "kind: preprocess\nmodel: {pretrained: " + (root_ / "sd").string() +
-                     "}\ndata: {kind: video, csv: " + csv.string() + ", video_dir: " +
-                     (root_ / "videos").string() + "}\npreprocess: {output: " +
-                     (root_ / "cache-none").string() + "}\n");
-  const int rc = Run({ADWORKER, "preprocess", "--spec", spec, "--job-dir", root_.string()},
-                     (root_ / "nothing.log").string());
+                     "}\ndata: {kind: video, csv: " + csv.string() +
+                     ", video_dir: " + (root_ / "videos").string() +
+                     "}\npreprocess: {output: " + (root_ / "cache-none").string() + "}\n");
+  const int rc = RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", root_.string()},
+                           (root_ / "nothing.log").string());
   EXPECT_EQ(rc, kExitDataError);
   const std::string log = ReadAll((root_ / "nothing.log").string());
   EXPECT_NE(log.find("none of the 2 videos listed"), std::string::npos) << log;

@@ -171,8 +171,8 @@ class ShardDataset : public LatentDataset {
     if (ds->empty_text_.defined() &&
         ds->empty_text_.sizes() != torch::IntArrayRef({ds->shape_.text_len, text_dim})) {
       return InvalidArgument(dir + "/" + kEmptyCaptionFile + ": text_state does not match [" +
-                             std::to_string(ds->shape_.text_len) + ", " +
-                             std::to_string(text_dim) + "]");
+                             std::to_string(ds->shape_.text_len) + ", " + std::to_string(text_dim) +
+                             "]");
     }
     return std::unique_ptr<LatentDataset>(std::move(ds));
   }

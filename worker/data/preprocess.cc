@@ -15,8 +15,8 @@
 
 #include "common/safetensors.h"
 #include "common/sha256.h"
-#include "worker/data/latent_cache.h"
 #include "common/worker_contract.h"
+#include "worker/data/latent_cache.h"
 #include "worker/model/clip_text.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/vae.h"
@@ -162,8 +162,8 @@ class Preprocess {
                                  [](const VideoEntry& e) { return fs::exists(e.path); });
     if (!any) {
       return Failure{kExitDataError, "data: none of the " + std::to_string(entries_.size()) +
-                                         " videos listed in " + d.csv + " exists (first: " +
-                                         entries_.front().path + ")"};
+                                         " videos listed in " + d.csv +
+                                         " exists (first: " + entries_.front().path + ")"};
     }
     shard_size_ = spec_.preprocess.shard_size;
     num_shards_ = (static_cast<int64_t>(entries_.size()) + shard_size_ - 1) / shard_size_;
@@ -178,8 +178,8 @@ class Preprocess {
     if (auto f = ComputeSettings(*vae_dir, *text_dir, *tok_dir)) return f;
     if (auto f = CheckExistingCache()) return f;
 
-    device_ = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
-                                          : torch::Device(torch::kCPU);
+    device_ =
+        torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     const std::string precision = spec_.train.precision == "auto"
                                       ? (device_.is_cuda() ? "bf16" : "fp32")
                                       : spec_.train.precision;
@@ -193,22 +193,21 @@ class Preprocess {
     if (!text.ok()) return Failure{kExitModelError, text.status().ToString()};
     text_encoder_ = *text;
     if (tokenizer_->vocab_size() > text_encoder_->config().vocab_size) {
-      return Failure{kExitModelError,
-                     "model.pretrained: the tokenizer has " +
-                         std::to_string(tokenizer_->vocab_size()) +
-                         " tokens, the text encoder's vocabulary " +
-                         std::to_string(text_encoder_->config().vocab_size)};
+      return Failure{kExitModelError, "model.pretrained: the tokenizer has " +
+                                          std::to_string(tokenizer_->vocab_size()) +
+                                          " tokens, the text encoder's vocabulary " +
+                                          std::to_string(text_encoder_->config().vocab_size)};
     }
     auto vae = LoadAutoencoderKL(*vae_dir);
     if (!vae.ok()) return Failure{kExitModelError, vae.status().ToString()};
     vae_ = *vae;
     text_encoder_->to(device_, compute_dtype_);
     vae_->to(device_, compute_dtype_);
-    reporter_.OnEvent(EventLevel::kInfo,
-                      "preprocess: " + std::to_string(entries_.size()) + " videos in " +
-                          std::to_string(num_shards_) + " shards of " +
-                          std::to_string(shard_size_) + " → " + out_ + " (settings " +
-                          settings_hash_.substr(0, 12) + ")");
+    reporter_.OnEvent(EventLevel::kInfo, "preprocess: " + std::to_string(entries_.size()) +
+                                             " videos in " + std::to_string(num_shards_) +
+                                             " shards of " + std::to_string(shard_size_) + " → " +
+                                             out_ + " (settings " + settings_hash_.substr(0, 12) +
+                                             ")");
     return std::nullopt;
   }
 
@@ -277,10 +276,9 @@ class Preprocess {
                     value.dump();
           }
         }
-        return Failure{kExitBadSpec,
-                       "preprocess.output: the cache in " + out_ +
-                           " was made with other settings or model files (" + diff +
-                           "); use a new preprocess.output or delete the old cache"};
+        return Failure{kExitBadSpec, "preprocess.output: the cache in " + out_ +
+                                         " was made with other settings or model files (" + diff +
+                                         "); use a new preprocess.output or delete the old cache"};
       }
     } else if (o_.rank == 0) {
       std::ofstream(settings_path.string() + ".tmp") << settings_.dump(2) << "\n";
@@ -333,8 +331,8 @@ class Preprocess {
                         static_cast<uint64_t>(row));
     const int64_t start =
         SampleStart(length, static_cast<int>(d.frames), static_cast<int>(d.stride), rng);
-    auto indices = SampleFrameIndices(length, static_cast<int>(d.frames),
-                                      static_cast<int>(d.stride), start);
+    auto indices =
+        SampleFrameIndices(length, static_cast<int>(d.frames), static_cast<int>(d.stride), start);
     if (!indices.ok()) {
       clip.skip_reason = "unreadable";
       clip.skip_detail = ShortMessage(indices.status());
@@ -359,7 +357,8 @@ class Preprocess {
     std::vector<DecodedClip> clips(static_cast<size_t>(n));
     std::atomic<int64_t> next{0};
     auto work = [&] {
-      for (int64_t i = next++; i < n; i = next++) clips[static_cast<size_t>(i)] = DecodeOne(first + i);
+      for (int64_t i = next++; i < n; i = next++)
+        clips[static_cast<size_t>(i)] = DecodeOne(first + i);
     };
     std::vector<std::thread> threads;
     const int64_t count = std::min<int64_t>(spec_.preprocess.decode_threads, n);
@@ -371,8 +370,8 @@ class Preprocess {
 
   torch::Tensor EncodeText(const std::vector<std::string>& captions) {
     std::vector<int64_t> ids;
-    const int length = static_cast<int>(
-        std::min<int64_t>(ClipTokenizer::kMaxLength, text_encoder_->config().max_position_embeddings));
+    const int length = static_cast<int>(std::min<int64_t>(
+        ClipTokenizer::kMaxLength, text_encoder_->config().max_position_embeddings));
     for (const auto& c : captions) {
       const auto row = tokenizer_->EncodePadded(c, length);
       ids.insert(ids.end(), row.begin(), row.end());
@@ -400,8 +399,8 @@ class Preprocess {
     std::vector<std::string> texts;
     for (const auto& c : clips) {
       if (!c.pixels.defined()) {
-        skipped.push_back({{"video_id", c.video_id}, {"reason", c.skip_reason},
-                           {"detail", c.skip_detail}});
+        skipped.push_back(
+            {{"video_id", c.video_id}, {"reason", c.skip_reason}, {"detail", c.skip_detail}});
         ++skipped_by_reason_[c.skip_reason];
         if (skip_events_++ < 20) {
           reporter_.OnEvent(EventLevel::kWarning, "skipped video " + c.video_id + " (" +
@@ -409,11 +408,13 @@ class Preprocess {
         }
         continue;
       }
-      auto dist = vae_->EncodeChunked(c.pixels.to(device_, compute_dtype_), spec_.preprocess.vae_chunk);
+      auto dist =
+          vae_->EncodeChunked(c.pixels.to(device_, compute_dtype_), spec_.preprocess.vae_chunk);
       // [F, C, h, w] → [C, F, h, w], the UNet's clip layout.
       means.push_back(dist.mean.permute({1, 0, 2, 3}).to(torch::kCPU, store_dtype_));
-      stds.push_back(
-          torch::exp(0.5 * dist.logvar.to(torch::kFloat)).permute({1, 0, 2, 3}).to(torch::kCPU, store_dtype_));
+      stds.push_back(torch::exp(0.5 * dist.logvar.to(torch::kFloat))
+                         .permute({1, 0, 2, 3})
+                         .to(torch::kCPU, store_dtype_));
       ids.push_back(c.video_id);
       captions.push_back(c.caption);
       texts.push_back(c.caption);
@@ -454,7 +455,8 @@ class Preprocess {
     reporter_.OnTrainingStarted(done, mine);
     int64_t clips_written = 0;
     std::future<std::vector<DecodedClip>> next;
-    if (!todo.empty()) next = std::async(std::launch::async, [&, s = todo[0]] { return DecodeShard(s); });
+    if (!todo.empty())
+      next = std::async(std::launch::async, [&, s = todo[0]] { return DecodeShard(s); });
     for (size_t k = 0; k < todo.size(); ++k) {
       if (StopRequested()) {
         if (next.valid()) next.wait();
@@ -477,8 +479,9 @@ class Preprocess {
       r.total_steps = mine;
       r.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       r.data_wait_seconds = wait;
-      r.clips_per_second =
-          r.step_seconds > 0 ? static_cast<double>(clips.size()) * o_.world_size / r.step_seconds : 0;
+      r.clips_per_second = r.step_seconds > 0
+                               ? static_cast<double>(clips.size()) * o_.world_size / r.step_seconds
+                               : 0;
       r.samples_seen = clips_written;
       reporter_.OnStep(r);
     }

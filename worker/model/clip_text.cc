@@ -119,8 +119,8 @@ torch::Tensor ClipEncoderLayerImpl::forward(const torch::Tensor& x, const torch:
 
 ClipTextModelImpl::ClipTextModelImpl(const ClipTextConfig& c) : config_(c) {
   embeddings_ = register_module("embeddings", std::make_shared<torch::nn::Module>());
-  token_embedding = embeddings_->register_module(
-      "token_embedding", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  token_embedding = embeddings_->register_module("token_embedding",
+                                                 torch::nn::Embedding(c.vocab_size, c.hidden_size));
   position_embedding = embeddings_->register_module(
       "position_embedding", torch::nn::Embedding(c.max_position_embeddings, c.hidden_size));
   encoder_ = register_module("encoder", std::make_shared<torch::nn::Module>());
@@ -133,8 +133,8 @@ ClipTextModelImpl::ClipTextModelImpl(const ClipTextConfig& c) : config_(c) {
 ClipTextOutput ClipTextModelImpl::forward(const torch::Tensor& input_ids) {
   TORCH_CHECK(input_ids.dim() == 2, "CLIP text model: input_ids must be [B, L]");
   const int64_t l = input_ids.size(1);
-  TORCH_CHECK(l <= config_.max_position_embeddings, "CLIP text model: ", l,
-              " tokens, at most ", config_.max_position_embeddings);
+  TORCH_CHECK(l <= config_.max_position_embeddings, "CLIP text model: ", l, " tokens, at most ",
+              config_.max_position_embeddings);
   auto ids = input_ids.to(torch::kLong);
   auto positions = torch::arange(l, ids.options());
   auto x = token_embedding(ids) + position_embedding(positions).unsqueeze(0);

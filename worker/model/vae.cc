@@ -98,10 +98,12 @@ class VaeLevelImpl : public torch::nn::Module {
   VaeLevelImpl(int64_t in, int64_t out, int64_t layers, int64_t groups, bool down, bool resample)
       : down_(down) {
     resnets = register_module("resnets", torch::nn::ModuleList());
-    for (int64_t i = 0; i < layers; ++i) resnets->push_back(VaeResnet(i == 0 ? in : out, out, groups));
+    for (int64_t i = 0; i < layers; ++i)
+      resnets->push_back(VaeResnet(i == 0 ? in : out, out, groups));
     if (resample) {
       auto holder = std::make_shared<torch::nn::Module>();
-      conv = holder->register_module("conv", down ? MakeConv(out, out, 3, 2, 0) : MakeConv(out, out, 3));
+      conv = holder->register_module("conv",
+                                     down ? MakeConv(out, out, 3, 2, 0) : MakeConv(out, out, 3));
       auto list = torch::nn::ModuleList();
       list->push_back(holder);
       register_module(down ? "downsamplers" : "upsamplers", list);
@@ -111,8 +113,9 @@ class VaeLevelImpl : public torch::nn::Module {
     for (auto& r : *resnets) x = r->as<VaeResnet>()->forward(x);
     if (!conv) return x;
     if (down_) return conv(F::pad(x, F::PadFuncOptions({0, 1, 0, 1})));
-    return conv(F::interpolate(
-        x, F::InterpolateFuncOptions().scale_factor(std::vector<double>{2.0, 2.0}).mode(torch::kNearest)));
+    return conv(F::interpolate(x, F::InterpolateFuncOptions()
+                                      .scale_factor(std::vector<double>{2.0, 2.0})
+                                      .mode(torch::kNearest)));
   }
   torch::nn::ModuleList resnets;
   torch::nn::Conv2d conv{nullptr};
@@ -137,18 +140,20 @@ class VaeCoderImpl : public torch::nn::Module {
                                    /*down=*/true, i != levels - 1));
       }
       register_module("down_blocks", blocks);
-      mid_block = register_module("mid_block", VaeMidBlock(ch.back(), g, c.mid_block_add_attention));
+      mid_block =
+          register_module("mid_block", VaeMidBlock(ch.back(), g, c.mid_block_add_attention));
       conv_norm_out = register_module("conv_norm_out", MakeGroupNorm(g, ch.back()));
       conv_out = register_module("conv_out", MakeConv(ch.back(), 2 * c.latent_channels, 3));
     } else {
       conv_in = register_module("conv_in", MakeConv(c.latent_channels, ch.back(), 3));
-      mid_block = register_module("mid_block", VaeMidBlock(ch.back(), g, c.mid_block_add_attention));
+      mid_block =
+          register_module("mid_block", VaeMidBlock(ch.back(), g, c.mid_block_add_attention));
       int64_t out = ch.back();
       for (int64_t i = 0; i < levels; ++i) {
         const int64_t prev = out;
         out = ch[levels - 1 - i];
-        blocks->push_back(VaeLevel(prev, out, c.layers_per_block + 1, g, /*down=*/false,
-                                   i != levels - 1));
+        blocks->push_back(
+            VaeLevel(prev, out, c.layers_per_block + 1, g, /*down=*/false, i != levels - 1));
       }
       register_module("up_blocks", blocks);
       conv_norm_out = register_module("conv_norm_out", MakeGroupNorm(g, ch[0]));
@@ -217,8 +222,9 @@ Result<VaeConfig> ParseVaeConfig(const std::string& json_text, const std::string
     }
     if (j.contains("shift_factor") && !j["shift_factor"].is_null() &&
         j["shift_factor"].get<double>() != 0) {
-      return InvalidArgument(where + ": shift_factor is set; only SD-style VAEs (no shift) are "
-                                     "supported");
+      return InvalidArgument(where +
+                             ": shift_factor is set; only SD-style VAEs (no shift) are "
+                             "supported");
     }
     c.use_quant_conv = j.value("use_quant_conv", true);
     c.use_post_quant_conv = j.value("use_post_quant_conv", true);
@@ -335,9 +341,8 @@ Result<AutoencoderKL> LoadAutoencoderKL(const std::string& dir) {
   for (auto& [name, t] : *tensors) {
     const std::string key = RenameLegacyVaeKey(name);
     // Very old conversions stored the attention projections as 1×1 convs.
-    renamed[key] = (key.find(".attentions.0.") != std::string::npos && t.dim() == 4)
-                       ? t.flatten(1)
-                       : t;
+    renamed[key] =
+        (key.find(".attentions.0.") != std::string::npos && t.dim() == 4) ? t.flatten(1) : t;
   }
   AutoencoderKL model(*config);
   ADCTL_RETURN_IF_ERROR(LoadStrict(

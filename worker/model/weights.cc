@@ -93,9 +93,8 @@ std::string FirstFew(const std::vector<std::string>& keys) {
 
 Result<std::string> FindModelWeights(const std::string& dir) {
   if (!fs::is_directory(dir)) return NotFound(dir + ": no such model directory");
-  for (const char* name :
-       {"diffusion_pytorch_model.safetensors", "model.safetensors",
-        "diffusion_pytorch_model.fp16.safetensors", "model.fp16.safetensors"}) {
+  for (const char* name : {"diffusion_pytorch_model.safetensors", "model.safetensors",
+                           "diffusion_pytorch_model.fp16.safetensors", "model.fp16.safetensors"}) {
     const auto p = fs::path(dir) / name;
     if (fs::exists(p)) return p.string();
   }
@@ -206,8 +205,10 @@ Result<TensorMap> ReadMotionModuleFile(const std::string& path) {
     std::snprintf(b, sizeof(b), c >= 32 && c < 127 ? "%c" : "\\x%02x", c);
     shown += b;
   }
-  return InvalidArgument(path + ": neither safetensors nor a PyTorch .ckpt (zip) file; it starts "
-                                "with \"" + shown + "\"");
+  return InvalidArgument(path +
+                         ": neither safetensors nor a PyTorch .ckpt (zip) file; it starts "
+                         "with \"" +
+                         shown + "\"");
 }
 
 std::string AnimateDiffKeyToDiffusers(const std::string& key) {

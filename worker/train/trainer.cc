@@ -424,8 +424,7 @@ class Run {
       auto gen = at::detail::createCPUGenerator(
           static_cast<uint64_t>(spec_.train.seed) * 0x9E3779B97F4A7C15ULL +
           static_cast<uint64_t>(sampler_->GlobalPosition(static_cast<int64_t>(i))));
-      noise.push_back(
-          torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
+      noise.push_back(torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
       steps.push_back(torch::randint(0, schedule_->num_train_timesteps(), {1}, gen, torch::kLong));
       auto sample = dataset_->Draw(indices[i], gen, spec_.train.caption_dropout);
       x0.push_back(sample.latents);
