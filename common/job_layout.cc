@@ -1,6 +1,19 @@
 #include "common/job_layout.h"
 
+#include <cstdio>
+
 namespace adctl {
+
+namespace {
+
+// "step-00000042", the naming of checkpoint directories too.
+std::string StepDirName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+}  // namespace
 
 std::string JobLayout::spec() const { return dir_ + "/spec.yaml"; }
 
@@ -26,6 +39,18 @@ std::string JobLayout::rank_exit(int attempt, int rank) const {
 
 std::string JobLayout::rendezvous(int attempt) const {
   return dir_ + "/rendezvous/attempt-" + std::to_string(attempt);
+}
+
+std::string JobLayout::samples() const { return dir_ + "/samples"; }
+
+std::string JobLayout::samples_step(int64_t step) const {
+  return samples() + "/" + StepDirName(step);
+}
+
+std::string JobLayout::exports() const { return dir_ + "/export"; }
+
+std::string JobLayout::exports_step(int64_t step) const {
+  return exports() + "/" + StepDirName(step);
 }
 
 }  // namespace adctl

@@ -7,10 +7,16 @@
 //   logs/attempt-A/rank-R.log          stdout+stderr of a rank (written by the launcher)
 //   logs/attempt-A/rank-R.exit         its exit status (written by the shepherd)
 //   rendezvous/attempt-A/              the file rendezvous of standalone multi-rank runs
+//   samples/step-NNNNNNNN/             validation samples of a step (rank 0 writes them):
+//                                      sample-I.mp4, sample-I.gif, grid.mp4, grid.gif,
+//                                      samples.json (step, prompts, files, render seconds)
+//   export/step-NNNNNNNN/              motion modules for the inference tools: motion_adapter/
+//                                      (diffusers), motion_module.safetensors (AnimateDiff)
 //
 // A plain value type: thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace adctl {
@@ -29,6 +35,10 @@ class JobLayout {
   std::string rank_log(int attempt, int rank) const;
   std::string rank_exit(int attempt, int rank) const;
   std::string rendezvous(int attempt) const;
+  std::string samples() const;
+  std::string samples_step(int64_t step) const;
+  std::string exports() const;
+  std::string exports_step(int64_t step) const;
 
  private:
   std::string dir_;

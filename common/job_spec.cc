@@ -21,8 +21,8 @@
 namespace adctl {
 namespace {
 
-constexpr const char* kSections[] = {"model", "data",       "preprocess",
-                                     "train", "checkpoint", "resources"};
+constexpr const char* kSections[] = {"model",      "data",       "preprocess", "train",
+                                     "checkpoint", "validation", "export",     "resources"};
 
 // Calls f(dotted_path, field) for every field in canonical order. `Spec` is JobSpec or
 // const JobSpec. train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
@@ -89,6 +89,23 @@ void ForEachField(Spec& s, F&& f) {
   f("checkpoint.dir", s.checkpoint.dir);
   f("checkpoint.every_steps", s.checkpoint.every_steps);
   f("checkpoint.keep_last", s.checkpoint.keep_last);
+  f("validation.prompts", s.validation.prompts);
+  f("validation.negative_prompt", s.validation.negative_prompt);
+  f("validation.steps", s.validation.steps);
+  f("validation.guidance", s.validation.guidance);
+  f("validation.seed", s.validation.seed);
+  f("validation.frames", s.validation.frames);
+  f("validation.height", s.validation.height);
+  f("validation.width", s.validation.width);
+  f("validation.every_steps", s.validation.every_steps);
+  f("validation.at_steps", s.validation.at_steps);
+  f("validation.eta", s.validation.eta);
+  f("validation.set_alpha_to_one", s.validation.set_alpha_to_one);
+  f("validation.timestep_spacing", s.validation.timestep_spacing);
+  f("validation.steps_offset", s.validation.steps_offset);
+  f("validation.fps", s.validation.fps);
+  f("validation.decode_chunk", s.validation.decode_chunk);
+  f("export.formats", s.exports.formats);
   f("resources.gpus", s.resources.gpus);
   f("resources.priority", s.resources.priority);
   f("resources.max_restarts", s.resources.max_restarts);
@@ -226,6 +243,20 @@ Status Convert(const std::string& path, const YAML::Node& node, bool* out) {
     *out = false;
   } else {
     return InvalidArgument(expected);
+  }
+  return Status::Ok();
+}
+
+// Lists: a YAML sequence of scalars (null or [] is empty).
+template <typename T>
+Status Convert(const std::string& path, const YAML::Node& node, std::vector<T>* out) {
+  out->clear();
+  if (node.IsNull()) return Status::Ok();
+  if (!node.IsSequence()) return InvalidArgument(path + ": expected a list, got " + Describe(node));
+  for (size_t i = 0; i < node.size(); ++i) {
+    T v{};
+    ADCTL_RETURN_IF_ERROR(Convert(path + "[" + std::to_string(i) + "]", node[i], &v));
+    out->push_back(std::move(v));
   }
   return Status::Ok();
 }
@@ -395,6 +426,12 @@ std::string EmitValue(const std::string& v) { return Quote(v); }
 std::string EmitValue(int64_t v) { return std::to_string(v); }
 std::string EmitValue(double v) { return FormatDouble(v); }
 std::string EmitValue(bool v) { return v ? "true" : "false"; }
+template <typename T>
+std::string EmitValue(const std::vector<T>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + EmitValue(v[i]);
+  return out + "]";
+}
 
 // ---- Validation helpers ----------------------------------------------------------------------
 
@@ -651,6 +688,59 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_last", s.checkpoint.keep_last, 1));
 
+  // validation
+  const ValidationSpec& v = s.validation;
+  if (!v.prompts.empty()) {
+    if (preprocess) return InvalidArgument("validation: a preprocess job renders no samples");
+    if (m.pretrained.empty()) {
+      return InvalidArgument(
+          "validation.prompts: rendering samples needs model.pretrained (its vae/, text_encoder/ "
+          "and tokenizer/)");
+    }
+    for (size_t i = 0; i < v.prompts.size(); ++i) {
+      if (v.prompts[i].empty()) {
+        return InvalidArgument("validation.prompts[" + std::to_string(i) + "]: empty prompt");
+      }
+    }
+    if (v.every_steps == 0 && v.at_steps.empty()) {
+      return InvalidArgument(
+          "validation: prompts are set but every_steps is 0 and at_steps is empty (never)");
+    }
+  }
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps", v.steps, 1));
+  if (v.steps > t.num_train_timesteps) {
+    return InvalidArgument("validation.steps: at most train.num_train_timesteps (" +
+                           Show(t.num_train_timesteps) + "), got " + Show(v.steps));
+  }
+  ADCTL_RETURN_IF_ERROR(Finite("validation.guidance", v.guidance));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.seed", v.seed, 0));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.frames", v.frames, 1));
+  for (auto [path, px] :
+       {std::pair{"validation.height", v.height}, std::pair{"validation.width", v.width}}) {
+    if (px < 8 || px % 8 != 0) {
+      return InvalidArgument(std::string(path) + ": must be a multiple of 8 (>= 8), got " +
+                             Show(px));
+    }
+  }
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.every_steps", v.every_steps, 0));
+  for (size_t i = 0; i < v.at_steps.size(); ++i) {
+    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>(
+        ("validation.at_steps[" + std::to_string(i) + "]").c_str(), v.at_steps[i], 1));
+  }
+  ADCTL_RETURN_IF_ERROR(NonNegative("validation.eta", v.eta));
+  ADCTL_RETURN_IF_ERROR(OneOf("validation.timestep_spacing", v.timestep_spacing,
+                              {"leading", "trailing", "linspace"}));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps_offset", v.steps_offset, 0));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.fps", v.fps, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.decode_chunk", v.decode_chunk, 1));
+
+  // export
+  for (size_t i = 0; i < s.exports.formats.size(); ++i) {
+    const std::string path = "export.formats[" + std::to_string(i) + "]";
+    ADCTL_RETURN_IF_ERROR(OneOf(path.c_str(), s.exports.formats[i], {"diffusers", "animatediff"}));
+    if (preprocess) return InvalidArgument(path + ": a preprocess job trains no motion modules");
+  }
+
   // resources
   const ResourceSpec& r = s.resources;
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("resources.gpus", r.gpus, 1));
@@ -689,7 +779,8 @@ std::string JobSpecToYaml(const JobSpec& spec) {
 }
 
 bool operator==(const JobSpec& a, const JobSpec& b) {
-  using Value = std::variant<std::string, int64_t, double, bool>;
+  using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>,
+                             std::vector<int64_t>>;
   auto collect = [](const JobSpec& s) {
     std::vector<Value> values;
     ForEachField(s, [&](const char*, const auto& v) { values.emplace_back(v); });

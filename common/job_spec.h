@@ -27,9 +27,10 @@ struct ModelSpec {
   std::string motion_adapter;      // diffusers MotionAdapter directory
   std::string unet_motion;         // diffusers UNetMotionModel directory
   std::string motion_module_file;  // original AnimateDiff safetensors (optional, overrides adapter)
-  // Motion-module GroupNorm scope: "auto" (the loaded format's), "across_frames" (diffusers),
-  // "per_frame" (original AnimateDiff).
-  std::string motion_norm = "auto";
+  // Motion-module GroupNorm scope: "per_frame" (original AnimateDiff: every released module was
+  // trained so, and ComfyUI/A1111 run them so), "across_frames" (diffusers normalises over all
+  // frames of a clip), "auto" (what the loaded module records, else its format's convention).
+  std::string motion_norm = "per_frame";
   bool gradient_checkpointing = false;
   // Presets only: motion-module layout "v2" (mid-block module) or "v1"/"v3" (none).
   std::string preset_layout = "v2";
@@ -109,6 +110,35 @@ struct CheckpointSpec {
   int64_t keep_last = 3;
 };
 
+// Sample videos rendered during training (rank 0, with the current motion modules), as
+// AnimateDiff's trainer does: DDIM with classifier-free guidance, decoded by model.pretrained's
+// VAE. Active when `prompts` is not empty.
+struct ValidationSpec {
+  std::vector<std::string> prompts;
+  std::string negative_prompt;  // "" : the empty caption
+  int64_t steps = 25;           // DDIM steps
+  double guidance = 8.0;        // classifier-free guidance scale (<= 1: none)
+  int64_t seed = 42;            // initial latents: the same at every validation step
+  int64_t frames = 16;
+  int64_t height = 256;  // pixels
+  int64_t width = 256;
+  int64_t every_steps = 5000;            // 0: only at_steps (and never at the end)
+  std::vector<int64_t> at_steps{2, 50};  // extra steps (AnimateDiff: 2 and 50)
+  double eta = 0;
+  bool set_alpha_to_one = true;  // AnimateDiff's validation scheduler
+  std::string timestep_spacing = "leading";
+  int64_t steps_offset = 1;
+  int64_t fps = 8;            // MP4 and GIF frame rate (AnimateDiff's GIFs: 8)
+  int64_t decode_chunk = 16;  // frames per VAE decode call
+};
+
+// Motion modules written at the end of a job for the inference tools (adctl export does the
+// same on demand): "diffusers" (MotionAdapter folder) and/or "animatediff" (one .safetensors
+// file with the original key names, as ComfyUI and A1111 load).
+struct ExportSpec {
+  std::vector<std::string> formats;
+};
+
 struct ResourceSpec {
   int64_t gpus = 1;           // ranks: GPUs, or CPU slots when the coordinator has no GPU
   int64_t priority = 0;       // higher first; FIFO within a priority
@@ -126,6 +156,8 @@ struct JobSpec {
   PreprocessSpec preprocess;
   TrainSpec train;
   CheckpointSpec checkpoint;
+  ValidationSpec validation;
+  ExportSpec exports;  // the `export` section
   ResourceSpec resources;
 
   // Global batch in clips per optimizer step = batch_size × grad_accum × ranks.

@@ -56,4 +56,15 @@ inline std::string SelectAttentionKernels(const std::string& name) {
 #endif
 }
 
+// The device a rank computes on: its (only visible) GPU when LibTorch has CUDA, else the CPU.
+inline torch::Device ComputeDevice() {
+  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+// train.precision on `device`: "auto" is bf16 on a GPU and fp32 on the CPU.
+inline torch::ScalarType ComputeDtype(const std::string& precision, const torch::Device& device) {
+  const std::string p = precision == "auto" ? (device.is_cuda() ? "bf16" : "fp32") : precision;
+  return p == "bf16" ? torch::kBFloat16 : torch::kFloat;
+}
+
 }  // namespace adctl::compat

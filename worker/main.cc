@@ -158,47 +158,6 @@ int Train(const TrainArgs& a) {
   return rc;
 }
 
-int CheckParity(const std::string& unet2d, const std::string& adapter,
-                const std::string& unet_motion, const std::string& in, const std::string& out) {
-  ModelSources src;
-  src.unet2d = unet2d;
-  src.motion_adapter = adapter;
-  src.unet_motion = unet_motion;
-  auto loaded = LoadUNet3D(src, "auto");
-  if (!loaded.ok()) {
-    spdlog::error("{}", loaded.status().ToString());
-    return kExitModelError;
-  }
-  auto io = ReadTensorFile(in);
-  if (!io.ok()) {
-    spdlog::error("{}", io.status().ToString());
-    return kExitDataError;
-  }
-  for (const char* key : {"sample", "timesteps", "encoder_hidden_states", "target"}) {
-    if (!io->count(key)) {
-      spdlog::error("{}: missing tensor '{}'", in, key);
-      return kExitDataError;
-    }
-  }
-  auto& model = loaded->model;
-  model->FreezeAllButMotionModules();
-  auto& t = *io;
-  auto pred = model->forward(t["sample"].to(torch::kFloat), t["timesteps"],
-                             t["encoder_hidden_states"].to(torch::kFloat));
-  auto loss = torch::mse_loss(pred, t["target"].to(torch::kFloat));
-  loss.backward();
-  TensorMap result{{"pred", pred.detach()}, {"loss", loss.detach().reshape({1})}};
-  for (const auto& [name, p] : model->MotionParameters()) result[name] = p.grad();
-  auto st = WriteTensorFile(out, result);
-  if (!st.ok()) {
-    spdlog::error("{}", st.ToString());
-    return kExitCrash;
-  }
-  spdlog::info("loss {:.8f}; wrote pred, loss and {} gradients to {}", loss.item<double>(),
-               result.size() - 2, out);
-  return kExitOk;
-}
-
 }  // namespace
 }  // namespace adctl
 
@@ -239,12 +198,15 @@ int main(int argc, char** argv) {
       ->required();
   tokenize->add_option("texts", texts, "captions")->required();
 
-  std::string tiny_out;
+  std::string tiny_out, tiny_shape = "tiny", tiny_vocab;
   uint64_t tiny_seed = 0;
   auto* tiny = app.add_subcommand(
       "make-tiny-pretrained", "Write a small random Stable Diffusion folder (diffusers layout)");
   tiny->add_option("--out", tiny_out, "output directory")->required();
   tiny->add_option("--seed", tiny_seed, "weights seed");
+  tiny->add_option("--shape", tiny_shape,
+                   "tiny (default) or sd15 (SD1.5's real sizes, random, fp16 files: benchmarks)");
+  tiny->add_option("--vocab", tiny_vocab, "sd15: CLIP's bpe_simple_vocab_16e6.txt.gz");
 
   std::string videos_out;
   int video_clips = 16;
@@ -255,7 +217,9 @@ int main(int argc, char** argv) {
   videos->add_option("--clips", video_clips, "number of videos")->check(CLI::Range(1, 100000));
   videos->add_option("--seed", video_seed, "seed");
 
-  std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, io_out;
+  std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, sampling_io, io_out;
+  AdamWParityOptions adamw;
+  adamw.steps = 0;
   auto* parity = app.add_subcommand(
       "check-parity", "Run a model on given inputs: UNet forward/backward, text encoder or VAE");
   parity->add_option("--unet2d", unet2d, "diffusers UNet2DConditionModel directory");
@@ -266,9 +230,18 @@ int main(int argc, char** argv) {
                      "pooled)");
   parity->add_option("--vae", vae,
                      "diffusers AutoencoderKL directory (io: image → mean, logvar, decoded)");
-  parity->add_option("--io", io_in, "inputs: sample, timesteps, encoder_hidden_states, target")
-      ->required();
-  parity->add_option("--out", io_out, "output safetensors: pred, loss, gradients")->required();
+  parity->add_option("--io", io_in, "inputs: sample, timesteps, encoder_hidden_states, target");
+  parity->add_option("--sampling-io", sampling_io,
+                     "with --unet-motion and --vae: latents_init, prompt_embeds, "
+                     "negative_prompt_embeds (settings: README.json beside it) → DDIM + CFG "
+                     "samples alpha1/alpha0 .latents and .video");
+  parity->add_option("--adamw-steps", adamw.steps,
+                     "with --io: this many AdamW steps on the batch → loss.N, lr.N, grad_norm.N, "
+                     "param.<name>");
+  parity->add_option("--lr", adamw.lr, "AdamW learning rate (--adamw-steps)");
+  parity->add_option("--warmup-steps", adamw.warmup_steps,
+                     "constant_with_warmup warm-up steps (--adamw-steps)");
+  parity->add_option("--out", io_out, "output safetensors")->required();
 
   DataSpec synth;
   std::string synth_out;
@@ -302,16 +275,32 @@ int main(int argc, char** argv) {
     ta.assignment_args = preprocess->remaining();
     return Train(ta);
   }
-  if (*parity && !text_encoder.empty()) return CheckTextEncoderParity(text_encoder, io_in, io_out);
-  if (*parity && !vae.empty()) return CheckVaeParity(vae, io_in, io_out);
+  if (*parity) {
+    const ModelSources sources{unet2d, adapter, unet_motion, ""};
+    if (!sampling_io.empty()) {
+      if (vae.empty() || (unet_motion.empty() && unet2d.empty())) {
+        spdlog::error("check-parity --sampling-io needs --unet-motion (or --unet2d) and --vae");
+        return kExitBadSpec;
+      }
+      return CheckSamplingParity(sources, vae, sampling_io, io_out);
+    }
+    if (io_in.empty()) {
+      spdlog::error("check-parity: give --io FILE (or --sampling-io FILE)");
+      return kExitBadSpec;
+    }
+    if (!text_encoder.empty()) return CheckTextEncoderParity(text_encoder, io_in, io_out);
+    if (!vae.empty()) return CheckVaeParity(vae, io_in, io_out);
+    if (adamw.steps > 0) return CheckAdamWParity(sources, io_in, adamw, io_out);
+    return CheckUNetParity(sources, io_in, io_out);
+  }
   if (*tokenize) return RunTokenizeCommand(vocab, texts, std::cout, std::cerr);
   if (*tiny) {
-    auto st = MakeTinyPretrained(tiny_out, tiny_seed);
+    auto st = MakeTinyPretrained(tiny_out, tiny_seed, tiny_shape, tiny_vocab);
     if (!st.ok()) {
       spdlog::error("{}", st.ToString());
       return kExitCrash;
     }
-    spdlog::info("wrote a tiny Stable Diffusion folder to {}", tiny_out);
+    spdlog::info("wrote a random {} Stable Diffusion folder to {}", tiny_shape, tiny_out);
     return kExitOk;
   }
   if (*videos) {
@@ -324,7 +313,6 @@ int main(int argc, char** argv) {
     spdlog::info("wrote {} videos and videos.csv to {}", video_clips, videos_out);
     return kExitOk;
   }
-  if (*parity) return CheckParity(unet2d, adapter, unet_motion, io_in, io_out);
   if (*make) {
     auto st = WriteSyntheticShards(synth, channels, text_dim, synth_out, shard_size);
     if (!st.ok()) {

@@ -269,6 +269,9 @@ TEST(JobSpecTest, YamlRoundTrip) {
   s.train.max_grad_norm = 0;
   s.train.bucket_cap_mb = 12.5;
   s.checkpoint.dir = "";
+  s.validation.negative_prompt = "blurry, \"low\" quality";
+  s.validation.at_steps = {3, 7};
+  s.exports.formats = {"animatediff", "diffusers"};
   s.resources.priority = -7;
   s.resources.grace_seconds = 1.0 / 3.0;
   ASSERT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s).ToString();
@@ -286,6 +289,55 @@ TEST(JobSpecTest, YamlRoundTrip) {
   EXPECT_TRUE(back_defaults.value() == defaults);
   back_defaults->train.seed = 1;
   EXPECT_TRUE(back_defaults.value() != defaults);
+}
+
+TEST(JobSpecTest, ValidationAndExportSections) {
+  Result<JobSpec> spec = ParseJobSpec(R"(
+model: {pretrained: /models/sd15}
+data: {kind: latents, path: /cache}
+validation:
+  prompts: ["a cat, walking", 'yes']
+  every_steps: 0
+  at_steps: [2, 50]
+export: {formats: [animatediff]}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->validation.prompts, (std::vector<std::string>{"a cat, walking", "yes"}));
+  EXPECT_EQ(spec->validation.at_steps, (std::vector<int64_t>{2, 50}));
+  EXPECT_EQ(spec->validation.steps, 25);
+  EXPECT_EQ(spec->validation.guidance, 8.0);
+  EXPECT_TRUE(spec->validation.set_alpha_to_one);
+  EXPECT_EQ(spec->exports.formats, (std::vector<std::string>{"animatediff"}));
+  EXPECT_EQ(spec->model.motion_norm, "per_frame");
+  auto back = ParseJobSpec(JobSpecToYaml(*spec));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == *spec);
+
+  struct Case {
+    std::string yaml, expected;
+  };
+  const std::vector<Case> cases = {
+      {"model: {preset: tiny}\nvalidation: {prompts: [a cat]}\n", "needs model.pretrained"},
+      {"model: {pretrained: /m}\ndata: {kind: latents, path: /c}\nvalidation: {prompts: a cat}\n",
+       "validation.prompts: expected a list"},
+      {"model: {pretrained: /m}\ndata: {kind: latents, path: /c}\nvalidation: {prompts: [a, "
+       "\"\"]}\n",
+       "validation.prompts[1]: empty prompt"},
+      {"model: {pretrained: /m}\ndata: {kind: latents, path: /c}\nvalidation: {prompts: [a], "
+       "every_steps: 0, at_steps: []}\n",
+       "never"},
+      {"model: {preset: tiny}\nvalidation: {height: 100}\n",
+       "validation.height: must be a multiple of 8"},
+      {"model: {preset: tiny}\nvalidation: {at_steps: [3, x]}\n",
+       "validation.at_steps[1]: expected an integer"},
+      {"model: {preset: tiny}\nexport: {formats: [comfy]}\n",
+       "export.formats[0]: must be one of 'diffusers', 'animatediff'"},
+  };
+  for (const auto& c : cases) {
+    auto bad = ParseJobSpec(c.yaml);
+    ASSERT_FALSE(bad.ok()) << c.yaml;
+    EXPECT_THAT(bad.status().message(), HasSubstr(c.expected)) << c.yaml;
+  }
 }
 
 TEST(JobSpecTest, CanonicalYamlHasEveryField) {

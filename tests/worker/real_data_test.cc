@@ -20,6 +20,7 @@
 #include "common/worker_contract.h"
 #include "worker/data/latent_cache.h"
 #include "worker/data/preprocess.h"
+#include "worker/video/video_reader.h"
 
 namespace adctl {
 namespace {
@@ -200,6 +201,88 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   const std::string log3 = ReadAll((root_ / "pre-3.log").string());
   EXPECT_NE(log3.find("other settings"), std::string::npos) << log3;
   EXPECT_NE(log3.find("frames 4"), std::string::npos) << log3;
+}
+
+// A training job with a validation section renders MP4 + GIF samples and a grid at the asked
+// steps, and exports its motion modules for the inference tools at the end.
+TEST_F(RealDataTest, ValidationSamplesAreVideosAndTheEndExportsBothFormats) {
+  const auto spec = WriteSpec(
+      "validate", "name: validate\nmodel: {pretrained: " + (root_ / "sd").string() +
+                      "}\n"
+                      "data: {kind: synthetic, num_samples: 4, frames: 4, height: 8, width: 8}\n"
+                      "train: {max_steps: 3, batch_size: 1}\n"
+                      "checkpoint: {every_steps: 0}\n"
+                      "validation: {prompts: [\"a red square, moving\", a blue circle], "
+                      "negative_prompt: blurry, steps: 3, frames: 4, height: 32, width: 32, "
+                      "every_steps: 0, at_steps: [2]}\n"
+                      "export: {formats: [diffusers, animatediff]}\n");
+  const auto dir = (root_ / "job-validate").string();
+  fs::create_directories(dir);
+  const auto log = (root_ / "validate.log").string();
+  ASSERT_EQ(RunWorker({ADWORKER, "train", "--spec", spec, "--job-dir", dir}, log), 0)
+      << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("validation step 2: 2 samples in"), std::string::npos)
+      << ReadAll(log);
+
+  const auto samples = fs::path(dir) / "samples" / "step-00000002";
+  const Json index = Json::parse(ReadAll((samples / "samples.json").string()));
+  EXPECT_EQ(index["step"], 2);
+  ASSERT_EQ(index["samples"].size(), 2u);
+  EXPECT_EQ(index["samples"][0]["prompt"], "a red square, moving");
+  EXPECT_GT(index["seconds"].get<double>(), 0);
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "samples" / "step-00000001"));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "samples" / "step-00000003"));
+  // Playable files: frame count, size and frame rate as asked (8 fps, AnimateDiff's).
+  struct Expect {
+    std::string file;
+    int width;
+  };
+  for (const Expect& e : {Expect{"sample-0.mp4", 32}, Expect{"sample-1.gif", 32},
+                          Expect{"grid.mp4", 66}, Expect{"grid.gif", 66}}) {
+    SCOPED_TRACE(e.file);
+    auto reader = VideoReader::Open((samples / e.file).string());
+    ASSERT_TRUE(reader.ok()) << reader.ToString();
+    const auto& info = reader.value().info();
+    EXPECT_EQ(info.width, e.width);
+    EXPECT_EQ(info.height, 32);
+    EXPECT_NEAR(info.fps, 8.0, 0.01);
+    auto frames = reader.value().ReadAll();
+    ASSERT_TRUE(frames.ok()) << frames.ToString();
+    EXPECT_EQ(frames.value().num_frames, 4);
+  }
+
+  const auto exported = fs::path(dir) / "export" / "step-00000003";
+  auto file = SafetensorsFile::Open((exported / "motion_module.safetensors").string());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ((*file)->metadata().at("motion_norm"), "per_frame");
+  EXPECT_EQ((*file)->metadata().at("adctl_step"), "3");
+  bool has_pe = false;
+  for (const auto& t : (*file)->tensors()) {
+    has_pe = has_pe || t.name.find("attention_blocks.0.pos_encoder.pe") != std::string::npos;
+  }
+  EXPECT_TRUE(has_pe);
+  const Json config = Json::parse(ReadAll((exported / "motion_adapter" / "config.json").string()));
+  EXPECT_EQ(config["_class_name"], "MotionAdapter");
+  EXPECT_EQ(config["motion_norm"], "per_frame");
+  EXPECT_FALSE(fs::exists(exported / "motion_adapter.live"));
+}
+
+// A validation clip the motion modules cannot take fails at start-up, naming the field.
+TEST_F(RealDataTest, ValidationClipTheModelCannotTakeIsABadSpec) {
+  const auto spec =
+      WriteSpec("validate-bad",
+                "model: {pretrained: " + (root_ / "sd").string() +
+                    "}\n"
+                    "data: {kind: synthetic, num_samples: 4, frames: 4, height: 8, width: 8}\n"
+                    "train: {max_steps: 1}\n"
+                    "validation: {prompts: [a cat], frames: 40, height: 32, width: 32}\n");
+  const auto dir = (root_ / "job-validate-bad").string();
+  fs::create_directories(dir);
+  const auto log = (root_ / "validate-bad.log").string();
+  EXPECT_EQ(RunWorker({ADWORKER, "train", "--spec", spec, "--job-dir", dir}, log), kExitBadSpec);
+  EXPECT_NE(ReadAll(log).find("validation.frames: 40, the motion modules hold at most 32"),
+            std::string::npos)
+      << ReadAll(log);
 }
 
 TEST_F(RealDataTest, DatasetWithoutAnyVideoFailsBeforeLoadingModels) {

@@ -16,6 +16,7 @@
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/worker_contract.h"
+#include "worker/compat.h"
 #include "worker/data/latent_cache.h"
 #include "worker/model/clip_text.h"
 #include "worker/model/pretrained.h"
@@ -178,12 +179,8 @@ class Preprocess {
     if (auto f = ComputeSettings(*vae_dir, *text_dir, *tok_dir)) return f;
     if (auto f = CheckExistingCache()) return f;
 
-    device_ =
-        torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-    const std::string precision = spec_.train.precision == "auto"
-                                      ? (device_.is_cuda() ? "bf16" : "fp32")
-                                      : spec_.train.precision;
-    compute_dtype_ = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+    device_ = compat::ComputeDevice();
+    compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
     store_dtype_ = spec_.preprocess.dtype == "fp16" ? torch::kHalf : torch::kBFloat16;
 
     auto tokenizer = ClipTokenizer::Load(*tok_dir);
@@ -369,17 +366,7 @@ class Preprocess {
   }
 
   torch::Tensor EncodeText(const std::vector<std::string>& captions) {
-    std::vector<int64_t> ids;
-    const int length = static_cast<int>(std::min<int64_t>(
-        ClipTokenizer::kMaxLength, text_encoder_->config().max_position_embeddings));
-    for (const auto& c : captions) {
-      const auto row = tokenizer_->EncodePadded(c, length);
-      ids.insert(ids.end(), row.begin(), row.end());
-    }
-    auto input = torch::tensor(ids, torch::kLong)
-                     .view({static_cast<int64_t>(captions.size()), length})
-                     .to(device_);
-    return text_encoder_->forward(input).last_hidden_state;
+    return EncodeCaptions(*text_encoder_, *tokenizer_, captions);
   }
 
   std::optional<Failure> WriteEmptyCaption() {

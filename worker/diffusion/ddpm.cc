@@ -1,5 +1,7 @@
 #include "worker/diffusion/ddpm.h"
 
+#include <cmath>
+
 namespace adctl {
 
 Result<NoiseSchedule> NoiseSchedule::Make(const std::string& beta_schedule, double beta_start,
@@ -39,22 +41,75 @@ torch::Tensor NoiseSchedule::Velocity(const torch::Tensor& x0, const torch::Tens
   return Gather(t, x0, false) * noise - Gather(t, x0, true) * x0;
 }
 
-torch::Tensor NoiseSchedule::DdimTimesteps(int64_t num_inference_steps,
-                                           int64_t steps_offset) const {
-  const int64_t ratio = num_train_timesteps() / num_inference_steps;
-  auto ts = torch::arange(0, num_inference_steps, torch::kLong) * ratio + steps_offset;
-  return ts.flip(0);
+Result<DdimScheduler> DdimScheduler::Make(const NoiseSchedule& schedule, const DdimOptions& o) {
+  const int64_t T = schedule.num_train_timesteps();
+  const int64_t n = o.num_inference_steps;
+  if (n < 1 || n > T) {
+    return InvalidArgument("sampling steps: " + std::to_string(n) + " (1 to " + std::to_string(T) +
+                           ")");
+  }
+  if (o.prediction_type != "epsilon" && o.prediction_type != "v_prediction") {
+    return InvalidArgument("prediction_type: unknown '" + o.prediction_type +
+                           "' (epsilon, v_prediction)");
+  }
+  DdimScheduler s;
+  s.alphas_cumprod_ = schedule.alphas_cumprod().to(torch::kDouble);
+  s.options_ = o;
+  s.step_ratio_ = T / n;
+  // diffusers DDIMScheduler.set_timesteps: the three spacings of "Common Diffusion Noise
+  // Schedules and Sample Steps are Flawed", table 2.
+  if (o.timestep_spacing == "leading") {
+    s.timesteps_ = torch::arange(0, n, torch::kLong).mul(s.step_ratio_).flip(0) + o.steps_offset;
+  } else if (o.timestep_spacing == "trailing") {
+    const double ratio = static_cast<double>(T) / static_cast<double>(n);
+    s.timesteps_ = torch::arange(static_cast<double>(T), 0.0, -ratio, torch::kDouble)
+                       .round()
+                       .to(torch::kLong) -
+                   1;
+  } else if (o.timestep_spacing == "linspace") {
+    s.timesteps_ = torch::linspace(0, static_cast<double>(T - 1), n, torch::kDouble)
+                       .round()
+                       .flip(0)
+                       .to(torch::kLong);
+  } else {
+    return InvalidArgument("timestep_spacing: unknown '" + o.timestep_spacing +
+                           "' (leading, trailing, linspace)");
+  }
+  return s;
 }
 
-torch::Tensor NoiseSchedule::DdimStep(const torch::Tensor& eps, int64_t t, const torch::Tensor& x_t,
-                                      int64_t num_inference_steps) const {
-  const int64_t prev_t = t - num_train_timesteps() / num_inference_steps;
-  auto ac = alphas_cumprod_;
-  auto a_t = ac[t];
-  // set_alpha_to_one = false: the final step uses ᾱ_0.
-  auto a_prev = prev_t >= 0 ? ac[prev_t] : ac[0];
-  auto x0 = (x_t - (1 - a_t).sqrt() * eps) / a_t.sqrt();
-  return a_prev.sqrt() * x0 + (1 - a_prev).sqrt() * eps;
+torch::Tensor DdimScheduler::Step(const torch::Tensor& model_output, int64_t t,
+                                  const torch::Tensor& x_t,
+                                  c10::optional<at::Generator> generator) const {
+  const auto* ac = alphas_cumprod_.data_ptr<double>();
+  const int64_t prev_t = t - step_ratio_;
+  // diffusers computes these as fp32 tensors; so do we, then broadcast as scalars.
+  const float a_t = static_cast<float>(ac[t]);
+  const float a_prev = prev_t >= 0 ? static_cast<float>(ac[prev_t])
+                                   : (options_.set_alpha_to_one ? 1.0f : static_cast<float>(ac[0]));
+  const float b_t = 1.0f - a_t;
+  torch::Tensor x0, eps;
+  if (options_.prediction_type == "epsilon") {
+    x0 = (x_t - std::sqrt(b_t) * model_output) / std::sqrt(a_t);
+    eps = model_output;
+  } else {
+    x0 = std::sqrt(a_t) * x_t - std::sqrt(b_t) * model_output;
+    eps = std::sqrt(a_t) * model_output + std::sqrt(b_t) * x_t;
+  }
+  if (options_.clip_sample) {
+    x0 = x0.clamp(-options_.clip_sample_range, options_.clip_sample_range);
+  }
+  // σ_t = η·√((1−ᾱ_prev)/(1−ᾱ_t)·(1−ᾱ_t/ᾱ_prev)) (DDIM paper eq. 16).
+  const float variance = (1.0f - a_prev) / (1.0f - a_t) * (1.0f - a_t / a_prev);
+  const float sigma = static_cast<float>(options_.eta) * std::sqrt(std::max(variance, 0.0f));
+  const float dir = std::sqrt(std::max(1.0f - a_prev - sigma * sigma, 0.0f));
+  auto prev = std::sqrt(a_prev) * x0 + dir * eps;
+  if (options_.eta > 0) {
+    auto noise =
+        torch::randn(x_t.sizes(), generator, x_t.options().device(torch::kCPU)).to(x_t.device());
+    prev = prev + sigma * noise;
+  }
+  return prev;
 }
 
 }  // namespace adctl

@@ -28,17 +28,43 @@ class NoiseSchedule {
   torch::Tensor Velocity(const torch::Tensor& x0, const torch::Tensor& noise,
                          const torch::Tensor& t) const;
 
-  // DDIM ("leading" spacing, steps_offset, set_alpha_to_one false as in AnimateDiff's config):
-  // the timesteps of an n-step run, descending.
-  torch::Tensor DdimTimesteps(int64_t num_inference_steps, int64_t steps_offset = 1) const;
-  // One deterministic (eta 0) DDIM step from x_t with predicted ε at timestep t.
-  torch::Tensor DdimStep(const torch::Tensor& eps, int64_t t, const torch::Tensor& x_t,
-                         int64_t num_inference_steps) const;
-
  private:
   torch::Tensor Gather(const torch::Tensor& t, const torch::Tensor& like,
                        bool sqrt_one_minus) const;
   torch::Tensor alphas_cumprod_;
+};
+
+// DDIM sampling as diffusers' DDIMScheduler does it (AnimateDiff's validation sampler).
+struct DdimOptions {
+  int64_t num_inference_steps = 25;
+  // "leading" (AnimateDiff's and SD1.5's scheduler config), "trailing" or "linspace".
+  std::string timestep_spacing = "leading";
+  int64_t steps_offset = 1;
+  // The last step's ᾱ_prev: 1 (true, AnimateDiff's validation config) or ᾱ_0 (false).
+  bool set_alpha_to_one = true;
+  double eta = 0;                           // 0: deterministic DDIM; 1: DDPM-like ancestral noise
+  std::string prediction_type = "epsilon";  // or "v_prediction"
+  bool clip_sample = false;
+  double clip_sample_range = 1.0;
+};
+
+class DdimScheduler {
+ public:
+  // Checks the options against the training schedule (spacing name, step count).
+  static Result<DdimScheduler> Make(const NoiseSchedule& schedule, const DdimOptions& options);
+
+  // The run's timesteps, descending, int64 [num_inference_steps].
+  const torch::Tensor& timesteps() const { return timesteps_; }
+  // x_{t-1} from x_t and the model output at timestep t. `generator` draws the eta > 0 noise
+  // (unused when eta is 0). Works in the dtype and on the device of `x_t`.
+  torch::Tensor Step(const torch::Tensor& model_output, int64_t t, const torch::Tensor& x_t,
+                     c10::optional<at::Generator> generator = c10::nullopt) const;
+
+ private:
+  torch::Tensor alphas_cumprod_;  // fp32 CPU, read as doubles per step
+  torch::Tensor timesteps_;
+  DdimOptions options_;
+  int64_t step_ratio_ = 1;
 };
 
 }  // namespace adctl

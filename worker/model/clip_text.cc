@@ -7,6 +7,7 @@
 #include "worker/model/config.h"
 #include "worker/model/layers.h"
 #include "worker/model/weights.h"
+#include "worker/text/clip_tokenizer.h"
 
 namespace adctl {
 
@@ -170,6 +171,21 @@ Result<ClipTextModel> LoadClipTextModel(const std::string& dir) {
       *model, renamed, [](const std::string&) { return true; }, *path));
   model->eval();
   return model;
+}
+
+torch::Tensor EncodeCaptions(ClipTextModelImpl& model, const ClipTokenizer& tokenizer,
+                             const std::vector<std::string>& captions) {
+  const int length = static_cast<int>(
+      std::min<int64_t>(ClipTokenizer::kMaxLength, model.config().max_position_embeddings));
+  std::vector<int64_t> ids;
+  for (const auto& c : captions) {
+    const auto row = tokenizer.EncodePadded(c, length);
+    ids.insert(ids.end(), row.begin(), row.end());
+  }
+  const auto device = model.parameters().front().device();
+  auto input =
+      torch::tensor(ids, torch::kLong).view({static_cast<int64_t>(captions.size()), length});
+  return model.forward(input.to(device)).last_hidden_state;
 }
 
 }  // namespace adctl

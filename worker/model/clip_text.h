@@ -12,10 +12,13 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace adctl {
+
+class ClipTokenizer;
 
 enum class ClipActivation { kQuickGelu, kGelu };
 
@@ -76,5 +79,10 @@ TORCH_MODULE(ClipTextModel);
 // Loads a transformers text-encoder folder (config.json + model.safetensors, or its
 // model.fp16.safetensors variant) strictly; weights are converted to fp32.
 Result<ClipTextModel> LoadClipTextModel(const std::string& dir);
+
+// What Stable Diffusion's UNet cross-attends to for each caption: tokenised and padded to
+// min(77, max_position_embeddings), encoded on the model's device, last_hidden_state [N, L, D].
+torch::Tensor EncodeCaptions(ClipTextModelImpl& model, const ClipTokenizer& tokenizer,
+                             const std::vector<std::string>& captions);
 
 }  // namespace adctl

@@ -183,6 +183,12 @@ Result<MotionConfig> ParseMotionConfig(const std::string& json_text, const std::
     m.num_attention_heads = j.value("motion_num_attention_heads", m.num_attention_heads);
     m.max_seq_length = j.value("motion_max_seq_length", m.max_seq_length);
     m.use_mid_block = j.value("use_motion_mid_block", m.use_mid_block);
+    m.recorded_norm = j.value("motion_norm", std::string());
+    if (!m.recorded_norm.empty() && m.recorded_norm != "per_frame" &&
+        m.recorded_norm != "across_frames") {
+      return InvalidArgument(where + ": motion_norm must be 'per_frame' or 'across_frames', got '" +
+                             m.recorded_norm + "'");
+    }
   } catch (const std::exception& e) {
     return InvalidArgument(where + ": bad field: " + e.what());
   }
@@ -230,6 +236,8 @@ std::string MotionAdapterConfigToJson(const UNetConfig& unet, const MotionConfig
       {"motion_transformer_layers_per_block", 1},
       {"motion_transformer_layers_per_mid_block", 1},
       {"use_motion_mid_block", m.use_mid_block},
+      // adctl's addition (diffusers ignores unknown keys): the GroupNorm scope it trained with.
+      {"motion_norm", m.norm_across_frames ? "across_frames" : "per_frame"},
   };
   return j.dump(2) + "\n";
 }

@@ -47,6 +47,8 @@ struct MotionConfig {
   // GroupNorm scope of the motion module's input norm: true = statistics span all frames of a
   // clip (diffusers), false = per frame (original AnimateDiff). spec §2.5.
   bool norm_across_frames = true;
+  // The scope a config.json records (`motion_norm`, written by adctl): "" when it records none.
+  std::string recorded_norm;
 };
 
 // Parses a config.json of class UNet2DConditionModel or UNetMotionModel.

@@ -211,25 +211,6 @@ Result<TensorMap> ReadMotionModuleFile(const std::string& path) {
                          shown + "\"");
 }
 
-std::string AnimateDiffKeyToDiffusers(const std::string& key) {
-  std::string k = key;
-  if (k.rfind("module.", 0) == 0) k = k.substr(7);
-  if (!IsMotionKey(k) || k.find("pos_encoder.pe") != std::string::npos) return "";
-  static const std::pair<const char*, const char*> kRenames[] = {
-      {".temporal_transformer.", "."},
-      {".attention_blocks.0.", ".attn1."},
-      {".attention_blocks.1.", ".attn2."},
-      {".norms.0.", ".norm1."},
-      {".norms.1.", ".norm2."},
-      {".ff_norm.", ".norm3."},
-  };
-  for (const auto& [from, to] : kRenames) {
-    const auto pos = k.find(from);
-    if (pos != std::string::npos) k.replace(pos, std::strlen(from), to);
-  }
-  return k;
-}
-
 Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
                   const std::function<bool(const std::string&)>& select, const std::string& where) {
   torch::NoGradGuard no_grad;
@@ -337,7 +318,17 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
   } else if (norm_override == "per_frame") {
     motion_cfg.norm_across_frames = false;
   } else {
-    motion_cfg.norm_across_frames = motion_format != "animatediff";
+    // auto: the scope the module records (adctl's exports do), else its format's convention.
+    std::string recorded = motion_cfg.recorded_norm;
+    if (!src.motion_module_file.empty() && src.motion_module_file.size() > 12 &&
+        src.motion_module_file.compare(src.motion_module_file.size() - 12, 12, ".safetensors") ==
+            0) {
+      auto r = RecordedMotionNorm(src.motion_module_file);
+      if (!r.ok()) return r.status();
+      recorded = *r;
+    }
+    motion_cfg.norm_across_frames =
+        recorded.empty() ? motion_format != "animatediff" : recorded == "across_frames";
   }
 
   LoadedUNet out;

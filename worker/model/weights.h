@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 
+#include "common/motion_export.h"
 #include "common/status.h"
 #include "worker/model/unet3d.h"
 
@@ -37,9 +38,7 @@ Result<std::string> FindModelWeights(const std::string& dir);
 // that is neither is an error naming what it starts with.
 Result<TensorMap> ReadMotionModuleFile(const std::string& path);
 
-// Original AnimateDiff motion-module key → diffusers key ("" for keys that are dropped:
-// non-motion keys and `pos_encoder.pe`). Strips a DDP "module." prefix.
-std::string AnimateDiffKeyToDiffusers(const std::string& key);
+// The key maps between the original AnimateDiff names and diffusers': common/motion_export.h.
 
 struct ModelSources {
   std::string unet2d;          // directory
@@ -57,8 +56,9 @@ struct LoadedUNet {
 };
 
 // Builds the model from the sources' config.json files and loads their weights strictly.
-// `norm_override`: "auto" keeps the format's motion GroupNorm scope (diffusers: across frames,
-// original AnimateDiff: per frame); "across_frames" / "per_frame" force one.
+// `norm_override`: "across_frames" / "per_frame" set the motion GroupNorm scope; "auto" takes
+// the one the module records (`motion_norm` in config.json or the file's metadata), else the
+// format's convention (diffusers: across frames, original AnimateDiff: per frame).
 Result<LoadedUNet> LoadUNet3D(const ModelSources& sources, const std::string& norm_override);
 
 // Strictly copies `tensors` into the parameters/buffers of `module` whose names pass `select`;
@@ -67,7 +67,7 @@ Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
                   const std::function<bool(const std::string&)>& select, const std::string& where);
 
 // The trained motion modules as a diffusers MotionAdapter directory
-// (diffusion_pytorch_model.safetensors + config.json), fp32.
+// (diffusion_pytorch_model.safetensors + config.json, which records `motion_norm`), fp32.
 Status SaveMotionAdapter(UNet3DImpl& model, const std::string& dir);
 // The 2D UNet part as a UNet2DConditionModel directory (used to materialise presets).
 Status SaveUNet2D(UNet3DImpl& model, const std::string& dir);

@@ -2,28 +2,56 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "common/worker_contract.h"
+#include "worker/diffusion/ddpm.h"
 #include "worker/model/clip_text.h"
 #include "worker/model/vae.h"
 #include "worker/model/weights.h"
+#include "worker/sample/sampler.h"
+#include "worker/train/optimizer.h"
 
 namespace adctl {
 
 namespace {
 
-// Reads `in` and checks it holds `key`; logs and returns the exit code on failure.
-int ReadInput(const std::string& in, const char* key, TensorMap& io) {
+// Reads `in` and checks it holds `keys`; logs and returns the exit code on failure.
+int ReadInput(const std::string& in, std::initializer_list<const char*> keys, TensorMap& io) {
   auto read = ReadTensorFile(in);
   if (!read.ok()) {
     spdlog::error("{}", read.status().ToString());
     return kExitDataError;
   }
-  if (!read->count(key)) {
-    spdlog::error("{}: missing tensor '{}'", in, key);
-    return kExitDataError;
+  for (const char* key : keys) {
+    if (!read->count(key)) {
+      spdlog::error("{}: missing tensor '{}'", in, key);
+      return kExitDataError;
+    }
   }
   io = std::move(*read);
   return kExitOk;
+}
+
+// The UNet with its motion modules trainable, or the exit code after logging why not.
+int LoadUNet(const ModelSources& sources, UNet3D& model) {
+  // Parity is against diffusers: its GroupNorm scope unless the sources record another.
+  auto loaded = LoadUNet3D(sources, "auto");
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.status().ToString());
+    return kExitModelError;
+  }
+  model = loaded->model;
+  model->FreezeAllButMotionModules();
+  return kExitOk;
+}
+
+// The UNet's prediction on the fixture batch and its MSE loss against `target`.
+std::pair<torch::Tensor, torch::Tensor> UNetLoss(UNet3DImpl& model, TensorMap& t) {
+  auto pred = model.forward(t["sample"].to(torch::kFloat), t["timesteps"],
+                            t["encoder_hidden_states"].to(torch::kFloat));
+  return {pred, torch::mse_loss(pred, t["target"].to(torch::kFloat))};
 }
 
 int Write(const std::string& out, const TensorMap& result) {
@@ -47,7 +75,7 @@ int CheckTextEncoderParity(const std::string& dir, const std::string& in, const 
     return kExitModelError;
   }
   TensorMap io;
-  if (const int rc = ReadInput(in, "input_ids", io); rc != kExitOk) return rc;
+  if (const int rc = ReadInput(in, {"input_ids"}, io); rc != kExitOk) return rc;
   torch::NoGradGuard no_grad;
   auto result = (*model)->forward(io["input_ids"]);
   return Write(out, {{"last_hidden_state", result.last_hidden_state}, {"pooled", result.pooled}});
@@ -60,11 +88,143 @@ int CheckVaeParity(const std::string& dir, const std::string& in, const std::str
     return kExitModelError;
   }
   TensorMap io;
-  if (const int rc = ReadInput(in, "image", io); rc != kExitOk) return rc;
+  if (const int rc = ReadInput(in, {"image"}, io); rc != kExitOk) return rc;
   torch::NoGradGuard no_grad;
   auto dist = (*vae)->Encode(io["image"].to(torch::kFloat));
   auto decoded = (*vae)->Decode(dist.mean);
   return Write(out, {{"mean", dist.mean}, {"logvar", dist.logvar}, {"decoded", decoded}});
+}
+
+int CheckUNetParity(const ModelSources& sources, const std::string& in, const std::string& out) {
+  UNet3D model{nullptr};
+  if (const int rc = LoadUNet(sources, model); rc != kExitOk) return rc;
+  TensorMap io;
+  if (const int rc = ReadInput(in, {"sample", "timesteps", "encoder_hidden_states", "target"}, io);
+      rc != kExitOk) {
+    return rc;
+  }
+  auto [pred, loss] = UNetLoss(*model, io);
+  loss.backward();
+  TensorMap result{{"pred", pred.detach()}, {"loss", loss.detach().reshape({1})}};
+  for (const auto& [name, p] : model->MotionParameters()) result[name] = p.grad();
+  spdlog::info("loss {:.8f}", loss.item<double>());
+  return Write(out, result);
+}
+
+Result<TensorMap> RunAdamWSteps(UNet3DImpl& model, const TensorMap& io_in,
+                                const AdamWParityOptions& options) {
+  TensorMap io = io_in;
+  TrainSpec spec;
+  spec.lr = options.lr;
+  spec.warmup_steps = options.warmup_steps;
+  spec.max_grad_norm = options.max_grad_norm;
+  spec.weight_decay = options.weight_decay;
+  spec.lr_schedule = "constant";
+  spec.max_steps = options.steps;
+  AdamW optimizer(model.MotionParameters(), spec);
+  TensorMap out;
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const std::string n = std::to_string(step);
+    const double lr = LearningRate(spec, step);
+    auto loss = UNetLoss(model, io).second;
+    loss.backward();
+    auto norm = optimizer.ClipGradNorm(spec.max_grad_norm);
+    optimizer.Step(lr);
+    optimizer.ZeroGrad();
+    out["loss." + n] = loss.detach().reshape({1});
+    out["lr." + n] = torch::tensor({lr}, torch::kDouble);
+    out["grad_norm." + n] = norm.reshape({1});
+  }
+  for (const auto& [name, p] : model.MotionParameters()) out["param." + name] = p.detach();
+  return out;
+}
+
+int CheckAdamWParity(const ModelSources& sources, const std::string& in,
+                     const AdamWParityOptions& options, const std::string& out) {
+  UNet3D model{nullptr};
+  if (const int rc = LoadUNet(sources, model); rc != kExitOk) return rc;
+  TensorMap io;
+  if (const int rc = ReadInput(in, {"sample", "timesteps", "encoder_hidden_states", "target"}, io);
+      rc != kExitOk) {
+    return rc;
+  }
+  auto result = RunAdamWSteps(*model, io, options);
+  if (!result.ok()) {
+    spdlog::error("{}", result.status().ToString());
+    return kExitCrash;
+  }
+  return Write(out, *result);
+}
+
+Result<TensorMap> RunSamplingParity(UNet3DImpl& unet, AutoencoderKLImpl& vae, const TensorMap& io,
+                                    const nlohmann::json& sampling) {
+  for (const char* key : {"latents_init", "prompt_embeds", "negative_prompt_embeds"}) {
+    if (!io.count(key))
+      return InvalidArgument(std::string("sampling io: missing tensor '") + key + "'");
+  }
+  auto schedule = NoiseSchedule::Make("linear", 0.00085, 0.012, 1000);
+  if (!schedule.ok()) return schedule.status();
+  TensorMap out;
+  try {
+    GuidanceOptions guidance;
+    guidance.guidance_scale = sampling.at("guidance_scale").get<double>();
+    for (const auto& [run, alpha_one] : sampling.at("set_alpha_to_one").items()) {
+      DdimOptions o;
+      o.num_inference_steps = sampling.at("num_inference_steps").get<int64_t>();
+      o.eta = sampling.value("eta", 0.0);
+      o.set_alpha_to_one = alpha_one.get<bool>();
+      auto ddim = DdimScheduler::Make(*schedule, o);
+      if (!ddim.ok()) return ddim.status();
+      auto clips = SampleClips(unet, vae, *ddim, io.at("latents_init").to(torch::kFloat),
+                               io.at("prompt_embeds").to(torch::kFloat),
+                               io.at("negative_prompt_embeds").to(torch::kFloat), guidance);
+      out[run + ".latents"] = clips.latents;
+      out[run + ".video"] = clips.video;
+      out[run + ".timesteps"] = ddim->timesteps();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("sampling settings: ") + e.what());
+  }
+  return out;
+}
+
+int CheckSamplingParity(const ModelSources& sources, const std::string& vae_dir,
+                        const std::string& in, const std::string& out) {
+  UNet3D model{nullptr};
+  if (const int rc = LoadUNet(sources, model); rc != kExitOk) return rc;
+  auto vae = LoadAutoencoderKL(vae_dir);
+  if (!vae.ok()) {
+    spdlog::error("{}", vae.status().ToString());
+    return kExitModelError;
+  }
+  TensorMap io;
+  if (const int rc = ReadInput(in, {"latents_init", "prompt_embeds", "negative_prompt_embeds"}, io);
+      rc != kExitOk) {
+    return rc;
+  }
+  // The settings: README.json beside the io file (its "sampling" section), as the fixture has.
+  const auto readme = std::filesystem::path(in).parent_path() / "README.json";
+  std::ifstream f(readme);
+  if (!f) {
+    spdlog::error(
+        "{}: not found (the sampling settings: num_inference_steps, guidance_scale, "
+        "eta, set_alpha_to_one)",
+        readme.string());
+    return kExitDataError;
+  }
+  nlohmann::json settings;
+  try {
+    settings = nlohmann::json::parse(f).at("sampling");
+  } catch (const std::exception& e) {
+    spdlog::error("{}: no usable \"sampling\" section: {}", readme.string(), e.what());
+    return kExitDataError;
+  }
+  auto result = RunSamplingParity(*model, **vae, io, settings);
+  if (!result.ok()) {
+    spdlog::error("{}", result.status().ToString());
+    return kExitDataError;
+  }
+  return Write(out, *result);
 }
 
 }  // namespace adctl

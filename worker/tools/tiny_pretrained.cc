@@ -38,7 +38,24 @@ TensorMap StateDict(torch::nn::Module& module, const std::string& prefix = "") {
 
 }  // namespace
 
-Status MakeTinyPretrained(const std::string& out_dir, uint64_t seed) {
+Status MakeTinyPretrained(const std::string& out_dir, uint64_t seed, const std::string& shape,
+                          const std::string& vocab) {
+  if (shape != "tiny" && shape != "sd15") {
+    return InvalidArgument("--shape: 'tiny' or 'sd15', got '" + shape + "'");
+  }
+  const bool sd15 = shape == "sd15";
+  if (sd15 && vocab.empty()) {
+    return InvalidArgument("--shape sd15 needs --vocab (CLIP's bpe_simple_vocab_16e6.txt.gz)");
+  }
+  // SD1.5's real sizes are stored as the fp16 variant users download (half the disk).
+  const std::string weights =
+      sd15 ? "diffusion_pytorch_model.fp16.safetensors" : "diffusion_pytorch_model.safetensors";
+  auto half = [&](TensorMap m) {
+    if (sd15) {
+      for (auto& [k, t] : m) t = t.to(torch::kHalf);
+    }
+    return m;
+  };
   torch::manual_seed(seed);
   torch::NoGradGuard no_grad;
   const fs::path root(out_dir);
@@ -48,34 +65,51 @@ Status MakeTinyPretrained(const std::string& out_dir, uint64_t seed) {
     if (ec) return Internal((root / sub).string() + ": cannot create: " + ec.message());
   }
 
-  UNet3D unet(TinyUNetConfig(), TinyMotionConfig("v2"));
-  ADCTL_RETURN_IF_ERROR(SaveUNet2D(*unet, (root / "unet").string()));
+  const UNetConfig unet_config = sd15 ? Sd15UNetConfig() : TinyUNetConfig();
+  {
+    UNet3D unet(unet_config, sd15 ? Sd15MotionConfig("v2") : TinyMotionConfig("v2"));
+    if (sd15) {
+      TensorMap twod;
+      for (auto& [k, t] : StateDict(*unet)) {
+        if (k.find("motion_modules.") == std::string::npos) twod[k] = t;
+      }
+      ADCTL_RETURN_IF_ERROR(WriteTensorFile((root / "unet" / weights).string(), half(twod)));
+      ADCTL_RETURN_IF_ERROR(
+          WriteText(root / "unet" / "config.json", UNetConfigToJson(unet_config)));
+    } else {
+      ADCTL_RETURN_IF_ERROR(SaveUNet2D(*unet, (root / "unet").string()));
+    }
+  }
 
-  VaeConfig vae_config;
-  vae_config.block_out_channels = {16, 32, 32};
-  vae_config.layers_per_block = 1;
-  vae_config.norm_num_groups = 8;
-  vae_config.sample_size = 64;
+  VaeConfig vae_config;  // SD1.5's by default
+  if (!sd15) {
+    vae_config.block_out_channels = {16, 32, 32};
+    vae_config.layers_per_block = 1;
+    vae_config.norm_num_groups = 8;
+    vae_config.sample_size = 64;
+  }
   AutoencoderKL vae(vae_config);
-  ADCTL_RETURN_IF_ERROR(WriteTensorFile(
-      (root / "vae" / "diffusion_pytorch_model.safetensors").string(), StateDict(*vae)));
+  ADCTL_RETURN_IF_ERROR(WriteTensorFile((root / "vae" / weights).string(), half(StateDict(*vae))));
   ADCTL_RETURN_IF_ERROR(WriteText(root / "vae" / "config.json", VaeConfigToJson(vae_config)));
 
-  auto tokenizer = MakeTinyClipTokenizer(1000);
+  auto tokenizer = sd15 ? ClipTokenizer::Load(vocab) : MakeTinyClipTokenizer(1000);
   if (!tokenizer.ok()) return tokenizer.status();
   ADCTL_RETURN_IF_ERROR(WriteHfTokenizer(*tokenizer, (root / "tokenizer").string()));
 
-  ClipTextConfig text_config;
+  ClipTextConfig text_config;  // SD1.5's (CLIP ViT-L/14's text tower) by default
   text_config.vocab_size = tokenizer->vocab_size();
   text_config.eos_token_id = tokenizer->eot_id();
-  text_config.hidden_size = TinyUNetConfig().cross_attention_dim;
-  text_config.intermediate_size = 4 * text_config.hidden_size;
-  text_config.num_hidden_layers = 2;
-  text_config.num_attention_heads = 4;
+  if (!sd15) {
+    text_config.hidden_size = unet_config.cross_attention_dim;
+    text_config.intermediate_size = 4 * text_config.hidden_size;
+    text_config.num_hidden_layers = 2;
+    text_config.num_attention_heads = 4;
+  }
   ClipTextModel text(text_config);
   // SD1.5's file keeps transformers' "text_model." prefix; the loaders accept both forms.
-  ADCTL_RETURN_IF_ERROR(WriteTensorFile((root / "text_encoder" / "model.safetensors").string(),
-                                        StateDict(*text, "text_model.")));
+  ADCTL_RETURN_IF_ERROR(WriteTensorFile(
+      (root / "text_encoder" / (sd15 ? "model.fp16.safetensors" : "model.safetensors")).string(),
+      half(StateDict(*text, "text_model."))));
   ADCTL_RETURN_IF_ERROR(
       WriteText(root / "text_encoder" / "config.json", ClipTextConfigToJson(text_config)));
 

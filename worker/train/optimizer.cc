@@ -93,8 +93,10 @@ Status AdamW::LoadStateDict(const TensorMap& state) {
 }
 
 double LearningRate(const TrainSpec& spec, int64_t step) {
+  // diffusers' get_scheduler (LambdaLR): step s runs at lr·s/warmup during warm-up, so the
+  // first step runs at lr 0 (the moments still update).
   if (spec.warmup_steps > 0 && step < spec.warmup_steps) {
-    return spec.lr * static_cast<double>(step + 1) / static_cast<double>(spec.warmup_steps);
+    return spec.lr * static_cast<double>(step) / static_cast<double>(spec.warmup_steps);
   }
   if (spec.lr_schedule == "cosine") {
     const double span = std::max<int64_t>(1, spec.max_steps - spec.warmup_steps);

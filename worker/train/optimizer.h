@@ -41,8 +41,9 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// Linear warm-up from 0 to lr over warmup_steps, then constant or cosine decay to 0 at
-// max_steps. `step` is the 0-based index of the optimizer step about to run.
+// diffusers' constant_with_warmup / cosine_with_warmup: lr·step/warmup_steps while warming up
+// (step 0 at lr 0), then constant, or cosine decay to 0 at max_steps. `step` is the 0-based
+// index of the optimizer step about to run.
 double LearningRate(const TrainSpec& spec, int64_t step);
 
 }  // namespace adctl

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/worker_contract.h"
 #include "worker/compat.h"
@@ -20,6 +21,7 @@
 #include "worker/dist/gradient_reducer.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
+#include "worker/sample/validation.h"
 #include "worker/train/optimizer.h"
 
 #if defined(ADCTL_WITH_CUDA)
@@ -66,12 +68,8 @@ class Run {
   }
 
   std::optional<Failure> Setup() {
-    device_ =
-        torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-    const std::string precision = spec_.train.precision == "auto"
-                                      ? (device_.is_cuda() ? "bf16" : "fp32")
-                                      : spec_.train.precision;
-    compute_dtype_ = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+    device_ = compat::ComputeDevice();
+    compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
     if (device_.is_cuda() && std::getenv("OMP_NUM_THREADS") == nullptr) {
       // A GPU rank's CPU work is drawing the next batch (on the prefetch thread). With every
       // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
@@ -123,6 +121,16 @@ class Run {
         NoiseSchedule::Make(sc.beta_schedule, sc.beta_start, sc.beta_end, sc.num_train_timesteps);
     if (!schedule.ok()) return Failure{kExitBadSpec, schedule.status().ToString()};
     schedule_ = std::make_unique<NoiseSchedule>(*schedule);
+    if (!spec_.validation.prompts.empty() && o_.rank == 0) {
+      auto renderer = ValidationRenderer::Make(spec_, *model_, *schedule_, sc.prediction_type,
+                                               device_, compute_dtype_, o_.job_dir);
+      if (!renderer.ok()) {
+        const int code = renderer.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec
+                                                                                  : kExitModelError;
+        return Failure{code, renderer.status().ToString()};
+      }
+      validation_ = std::move(*renderer);
+    }
 
     params_ = model_->MotionParameters();
     optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
@@ -268,6 +276,7 @@ class Run {
       };
       auto path = writer->Commit(meta);
       if (!path.ok()) return Failure{kExitCrash, path.status().ToString()};
+      last_checkpoint_path_ = *path;
       const auto t2 = Clock::now();
       auto retention = ApplyRetention(checkpoint_root_, spec_.checkpoint.keep_last, resumed_from_);
       if (!retention.ok()) {
@@ -390,6 +399,11 @@ class Run {
         r.peak_memory_bytes = PeakMemory();
         reporter_.OnStep(r);
       }
+      // Every rank gets the same answer (same spec, same step).
+      if (ValidationDue(spec_.validation, step_)) {
+        if (auto f = RenderValidation()) return Fail(*f);
+        last_step_end = Clock::now();  // the next step's time does not include the render
+      }
       if (spec_.checkpoint.every_steps > 0 && step_ % spec_.checkpoint.every_steps == 0 &&
           step_ < t.max_steps && !stop) {
         if (auto f = SaveCheckpoint()) return Fail(*f);
@@ -399,8 +413,50 @@ class Run {
     if (last_checkpoint_step_ != step_) {
       if (auto f = SaveCheckpoint()) return Fail(*f);
     }
+    if (auto f = ExportForInferenceTools()) return Fail(*f);
     reporter_.OnEvent(EventLevel::kInfo, "training finished at step " + std::to_string(step_));
     return kExitOk;
+  }
+
+  // Rank 0 renders the validation prompts with the current motion modules; the other ranks
+  // wait at a barrier meanwhile (its timeout is the communicator's operation timeout).
+  std::optional<Failure> RenderValidation() {
+    if (validation_) {
+      auto rendered = validation_->Render(*model_, step_);
+      if (!rendered.ok()) return Failure{kExitCrash, "validation: " + rendered.status().ToString()};
+      char line[200];
+      std::snprintf(line, sizeof(line), "validation step %lld: %zu samples in %.2f s → ",
+                    static_cast<long long>(step_), rendered->samples.size(), rendered->seconds);
+      reporter_.OnEvent(EventLevel::kInfo, line + rendered->dir);
+    }
+    if (comm_) comm_->Barrier();
+    return std::nullopt;
+  }
+
+  // export.formats: rank 0 writes the final motion modules for the inference tools into
+  // <job-dir>/export/step-N/, from the final checkpoint (or the live model without one).
+  std::optional<Failure> ExportForInferenceTools() {
+    if (spec_.exports.formats.empty() || o_.rank != 0) return std::nullopt;
+    const std::string out_dir = JobLayout(o_.job_dir).exports_step(step_);
+    std::string adapter = last_checkpoint_path_.empty() || last_checkpoint_step_ != step_
+                              ? out_dir + "/motion_adapter.live"
+                              : last_checkpoint_path_ + "/motion_adapter";
+    if (adapter == out_dir + "/motion_adapter.live") {
+      auto st = SaveMotionAdapter(*model_, adapter);
+      if (!st.ok()) return Failure{kExitCrash, "export: " + st.ToString()};
+    }
+    for (const auto& name : spec_.exports.formats) {
+      auto format = ParseExportFormat(name);
+      if (!format.ok()) return Failure{kExitBadSpec, format.status().ToString()};
+      auto info =
+          ExportMotionModules(adapter, *format, out_dir + "/" + ExportFileName(*format),
+                              {{"adctl_step", std::to_string(step_)}, {"adctl_job", spec_.name}});
+      if (!info.ok()) return Failure{kExitCrash, "export: " + info.status().ToString()};
+      reporter_.OnEvent(EventLevel::kInfo, std::string("exported ") + name + " (" +
+                                               info->motion_norm + " GroupNorm) → " + info->path);
+    }
+    if (adapter == out_dir + "/motion_adapter.live") (void)RemoveTree(adapter);
+    return std::nullopt;
   }
 
   struct Batch {
@@ -487,6 +543,8 @@ class Run {
   std::unique_ptr<KeyValueStore> own_store_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<ValidationRenderer> validation_;  // rank 0, when validation.prompts is set
+  std::string last_checkpoint_path_;
   std::future<HostBatch> prefetched_;
   DistributedSampler::State consumed_sampler_state_;
   int64_t step_ = 0;

@@ -1,0 +1,58 @@
+// Motion modules in the two layouts the inference tools load, Torch-free (adctld exports on
+// demand; adworker at the end of a job):
+//
+//   diffusers    a `MotionAdapter` folder (config.json + diffusion_pytorch_model.safetensors),
+//                what `MotionAdapter.from_pretrained` and AnimateDiffPipeline take;
+//   animatediff  one .safetensors file with the original AnimateDiff key names
+//                (`...motion_modules.N.temporal_transformer.transformer_blocks.0.
+//                attention_blocks.{0,1}...`, `pos_encoder.pe` in each attention block), what
+//                ComfyUI-AnimateDiff-Evolved and the A1111 extension load (mm_sd_v15_v2 form).
+//
+// Both record the motion-module GroupNorm scope: `motion_norm` ("per_frame" or
+// "across_frames") in config.json and in the safetensors metadata. The key map between the two
+// layouts lives here and only here. Functions are thread-compatible.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace adctl {
+
+// Original AnimateDiff motion-module key → diffusers key; "" for keys that are dropped
+// (non-motion keys and `pos_encoder.pe`, which diffusers keeps once per transformer block).
+// Strips a DDP "module." prefix.
+std::string AnimateDiffKeyToDiffusers(const std::string& key);
+// diffusers MotionAdapter key → original AnimateDiff keys: one, or two for a block's
+// `pos_embed.pe` (each attention block has its own table there); none for non-motion keys.
+std::vector<std::string> DiffusersKeyToAnimateDiff(const std::string& key);
+
+enum class ExportFormat { kDiffusers, kAnimateDiff };
+// "diffusers" / "animatediff"; an unknown name is InvalidArgument listing both.
+Result<ExportFormat> ParseExportFormat(const std::string& name);
+const char* ExportFormatName(ExportFormat format);
+// The file or folder name an export of `format` gets inside an export directory.
+std::string ExportFileName(ExportFormat format);
+
+struct ExportInfo {
+  std::string path;         // what was written
+  std::string motion_norm;  // the scope recorded
+  int64_t tensors = 0;
+  int64_t bytes = 0;
+};
+
+// Exports the MotionAdapter folder `adapter_dir` (a checkpoint's motion_adapter/) to `out`
+// (a folder for diffusers, a .safetensors file for animatediff), atomically (temporary name,
+// fsync, rename). The scope is read from the adapter's config.json (`motion_norm`); adapters
+// that do not record one were trained by diffusers' convention (across frames).
+// `metadata` is added to the safetensors metadata (e.g. the step and job id).
+Result<ExportInfo> ExportMotionModules(const std::string& adapter_dir, ExportFormat format,
+                                       const std::string& out,
+                                       const std::map<std::string, std::string>& metadata = {});
+
+// The `motion_norm` a MotionAdapter config.json or a safetensors file records ("" when none).
+Result<std::string> RecordedMotionNorm(const std::string& path);
+
+}  // namespace adctl
