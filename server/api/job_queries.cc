@@ -24,8 +24,19 @@ Result<JobView> JobQueries::GetJob(const std::string& job_id, bool with_ranks) c
   if (!job.ok()) return job.status();
   JobView view;
   view.job = std::move(job.value());
-  view.wait_reason = supervisor_->WaitReason(job_id);
-  if (with_ranks) view.ranks = supervisor_->LiveRanks(job_id, &view.rank_alive);
+  view.wait_reason = supervisor_->monitor().WaitReason(job_id);
+  if (with_ranks && view.job.attempt > 0) {
+    auto ranks = store_->ListRanks(job_id, view.job.attempt);
+    if (ranks.ok()) {
+      const std::map<int, bool> watched =
+          supervisor_->monitor().RanksAlive(job_id, view.job.attempt);
+      for (const RankRecord& r : ranks.value()) {
+        auto it = watched.find(r.rank);
+        view.rank_alive[r.rank] = it != watched.end() && it->second;
+      }
+      view.ranks = std::move(ranks.value());
+    }
+  }
   return view;
 }
 
@@ -36,7 +47,7 @@ Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& s
   std::vector<JobView> views;
   for (JobRecord& j : jobs.value()) {
     JobView view;
-    view.wait_reason = supervisor_->WaitReason(j.id);
+    view.wait_reason = supervisor_->monitor().WaitReason(j.id);
     view.job = std::move(j);
     views.push_back(std::move(view));
   }

@@ -61,9 +61,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   if (req->has_gpus()) r.gpus = req->gpus();
   if (req->has_priority()) r.priority = req->priority();
   r.submission_id = req->submission_id();
-  auto submitted = supervisor_->Submit(r);
+  auto submitted = jobs_->Submit(r);
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
-  JobToProto(submitted->first, supervisor_->WaitReason(submitted->first.id), resp->mutable_job());
+  JobToProto(submitted->first, jobs_->WaitReason(submitted->first.id), resp->mutable_job());
   resp->set_created(submitted->second);
   return grpc::Status::OK;
 }
@@ -114,7 +114,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
   if (!grace.ok()) return ToGrpcStatus(grace.status());
-  auto job = supervisor_->Cancel(req->job_id(), *grace, req->force());
+  auto job = jobs_->Cancel(req->job_id(), *grace, req->force());
   if (!job.ok()) return ToGrpcStatus(job.status());
   JobToProto(job.value(), "", resp);
   return grpc::Status::OK;
@@ -126,7 +126,7 @@ grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJ
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
   if (!grace.ok()) return ToGrpcStatus(grace.status());
-  auto job = supervisor_->Pause(req->job_id(), *grace);
+  auto job = jobs_->Pause(req->job_id(), *grace);
   if (!job.ok()) return ToGrpcStatus(job.status());
   JobToProto(job.value(), "", resp);
   return grpc::Status::OK;
@@ -138,7 +138,7 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<int> gpus;
   if (req->has_gpus()) gpus = req->gpus();
-  auto job = supervisor_->Resume(req->job_id(), gpus);
+  auto job = jobs_->Resume(req->job_id(), gpus);
   if (!job.ok()) return ToGrpcStatus(job.status());
   JobToProto(job.value(), "", resp);
   return grpc::Status::OK;
