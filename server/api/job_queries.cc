@@ -5,7 +5,6 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/job_layout.h"
-#include "common/job_spec.h"
 
 namespace adctl {
 
@@ -74,10 +73,6 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
   ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  std::string spec_checkpoint_dir;
-  if (auto spec = ParseJobSpec(job->spec_yaml); spec.ok()) {
-    spec_checkpoint_dir = spec->checkpoint.dir;
-  }
   std::map<int64_t, CheckpointView> by_step;
   if (auto reported = store_->ListCheckpoints(job_id); reported.ok()) {
     for (const CheckpointRecord& c : reported.value()) {
@@ -89,7 +84,7 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
       out.attempt = c.attempt;
     }
   }
-  auto on_disk = adctl::ListCheckpoints(JobLayout(job->job_dir).checkpoints(spec_checkpoint_dir));
+  auto on_disk = adctl::ListCheckpoints(JobLayout(job->job_dir).checkpoints(job->checkpoint_dir));
   if (on_disk.ok()) {
     for (const CheckpointInfo& c : on_disk.value()) {
       CheckpointView& out = by_step[c.step];

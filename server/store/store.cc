@@ -129,6 +129,11 @@ CREATE TABLE kv (
   PRIMARY KEY (job_id, attempt, key)
 );
 )sql",
+    // 2: the spec fields the coordinator needs after submit, so it never re-parses the spec.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN hang_timeout_seconds REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -245,7 +250,7 @@ const char kJobColumns[] =
     "id, seq, name, submission_id, spec_yaml, token, job_dir, state, gpus, priority, attempt, "
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
-    "progress_updated_at";
+    "progress_updated_at, hang_timeout_seconds, checkpoint_dir";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -275,6 +280,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.progress.step_seconds = s.Double(23);
   j.progress.last_checkpoint_step = s.Int(24);
   j.progress.updated_at = s.Double(25);
+  j.hang_timeout_seconds = s.Double(26);
+  j.checkpoint_dir = s.Text(27);
   return j;
 }
 
@@ -354,8 +361,9 @@ Status Store::InsertJob(const JobRecord& j) {
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   Stmt s(db_,
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
-         "priority, max_restarts, grace_seconds, submitted_at, message, total_steps) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "priority, max_restarts, grace_seconds, submitted_at, message, total_steps, "
+         "hang_timeout_seconds, checkpoint_dir) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -366,6 +374,7 @@ Status Store::InsertJob(const JobRecord& j) {
   s.Bind(j.spec_yaml).Bind(j.token).Bind(j.job_dir).Bind(static_cast<int>(j.state));
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
+  s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir);
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;

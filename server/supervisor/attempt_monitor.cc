@@ -9,7 +9,6 @@
 #include <set>
 
 #include "common/job_layout.h"
-#include "common/job_spec.h"
 #include "server/scheduler/scheduler.h"
 #include "server/supervisor/launch_plan.h"
 
@@ -153,9 +152,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   a.devices = devices;
   a.grace_seconds = job.grace_seconds;
   a.launched_at = now;
-  if (auto spec = ParseJobSpec(job.spec_yaml); spec.ok()) {
-    a.hang_timeout_seconds = spec->resources.hang_timeout_seconds;
-  }
+  a.hang_timeout_seconds = job.hang_timeout_seconds;
 
   AttemptLaunchInput input;
   input.worker_binary = options_.worker_binary;
@@ -468,9 +465,7 @@ Status AttemptMonitor::Reconcile() {
     a.devices = job.devices;
     a.grace_seconds = job.grace_seconds;
     a.launched_at = now;
-    if (auto spec = ParseJobSpec(job.spec_yaml); spec.ok()) {
-      a.hang_timeout_seconds = spec->resources.hang_timeout_seconds;
-    }
+    a.hang_timeout_seconds = job.hang_timeout_seconds;
     auto ranks = store_->ListRanks(job.id, job.attempt);
     if (!ranks.ok()) return ranks.status();
     int alive = 0;

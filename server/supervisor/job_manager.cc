@@ -94,6 +94,8 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.priority = static_cast<int>(spec.resources.priority);
   job.max_restarts = static_cast<int>(spec.resources.max_restarts);
   job.grace_seconds = spec.resources.grace_seconds;
+  job.hang_timeout_seconds = spec.resources.hang_timeout_seconds;
+  job.checkpoint_dir = spec.checkpoint.dir;
   job.submitted_at = clock_->Now();
   job.progress.total_steps = spec.train.max_steps;
   std::error_code ec;
