@@ -180,11 +180,10 @@ class Preprocess {
 
     device_ =
         torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-    const std::string precision = spec_.train.precision == "auto"
-                                      ? (device_.is_cuda() ? "bf16" : "fp32")
-                                      : spec_.train.precision;
-    compute_dtype_ = precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
-    store_dtype_ = spec_.preprocess.dtype == "fp16" ? torch::kHalf : torch::kBFloat16;
+    compute_dtype_ = ResolvePrecision(spec_.train.precision, device_.is_cuda()) == Precision::kBf16
+                         ? torch::kBFloat16
+                         : torch::kFloat;
+    store_dtype_ = spec_.preprocess.dtype == CacheDtype::kFp16 ? torch::kHalf : torch::kBFloat16;
 
     auto tokenizer = ClipTokenizer::Load(*tok_dir);
     if (!tokenizer.ok()) return Failure{kExitModelError, tokenizer.status().ToString()};
@@ -241,7 +240,7 @@ class Preprocess {
                  {"max_clips", p.max_clips},
                  {"min_frames", p.min_frames},
                  {"shard_size", p.shard_size},
-                 {"dtype", p.dtype},
+                 {"dtype", Name(p.dtype)},
                  {"vae_sha256", *vae_hash},
                  {"text_encoder_sha256", *text_hash},
                  {"tokenizer_sha256", *tok_hash},
