@@ -76,6 +76,7 @@ class AttemptMonitor;
 // A job operation's handle on the job's attempt, valid inside AttemptMonitor::WithAttempt.
 class AttemptControl {
  public:
+  const std::string& job_id() const { return job_id_; }
   // The job has an attempt under this monitor (running, tearing down or awaiting relaunch).
   bool exists() const { return attempt_ != nullptr; }
   // ... and some rank of it has not ended yet.

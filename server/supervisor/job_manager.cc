@@ -51,6 +51,15 @@ Status JobManager::CheckRankCount(const std::string& field, int64_t gpus) const 
   return Status::Ok();
 }
 
+Result<JobRecord> JobManager::EndRestartWait(AttemptControl* attempt, JobState to,
+                                             const std::string& message) {
+  const std::string job_id = attempt->job_id();
+  attempt->Forget();
+  TransitionChanges release;
+  release.devices = std::vector<std::string>{};
+  return recorder_->Transition(job_id, to, message, release);
+}
+
 Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& request) {
   auto parsed = ParseJobSpec(request.spec_yaml, request.overrides);
   if (!parsed.ok()) return parsed.status();
@@ -137,10 +146,7 @@ Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<do
         return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by user");
       case JobState::kRestarting:
         if (!attempt.has_processes()) {
-          attempt.Forget();
-          TransitionChanges c;
-          c.devices = std::vector<std::string>{};
-          return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by user", c);
+          return EndRestartWait(&attempt, JobState::kCancelled, "cancelled by user");
         }
         [[fallthrough]];
       default: {
@@ -172,10 +178,7 @@ Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<dou
         return recorder_->Transition(job_id, JobState::kPaused, "paused by user before it started");
       case JobState::kRestarting:
         if (!attempt.has_processes()) {
-          attempt.Forget();
-          TransitionChanges c;
-          c.devices = std::vector<std::string>{};
-          return recorder_->Transition(job_id, JobState::kPaused, "paused by user", c);
+          return EndRestartWait(&attempt, JobState::kPaused, "paused by user");
         }
         return FailedPrecondition("pause: job " + job_id + " is restarting; try again shortly");
       case JobState::kStarting:

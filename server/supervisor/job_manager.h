@@ -49,6 +49,10 @@ class JobManager {
   std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
 
  private:
+  // A RESTARTING job whose attempt has no processes left: drops the relaunch and moves the job
+  // to `to`, releasing its devices.
+  Result<JobRecord> EndRestartWait(AttemptControl* attempt, JobState to,
+                                   const std::string& message);
   // InvalidArgument unless 1 <= gpus <= the coordinator's devices.
   Status CheckRankCount(const std::string& field, int64_t gpus) const;
 
