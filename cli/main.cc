@@ -189,6 +189,238 @@ adctl::Result<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// --- One function per subcommand. Each returns the process exit code.
+
+namespace v1 = adctl::v1;
+using Stub = v1::JobService::Stub;
+
+// The options of the subcommands that take them (filled by CLI11).
+struct SubmitArgs {
+  std::string spec_file, submission_id;
+  std::vector<std::string> sets;
+  std::optional<int> gpus, priority;
+  bool wait = false, follow = false;
+  double timeout = 0;
+};
+struct ListArgs {
+  std::vector<std::string> states;
+  int limit = 50;
+};
+struct LogsArgs {
+  bool follow = false;
+  int rank = 0, attempt = 0;
+  int64_t tail = 0;
+};
+struct StopArgs {  // cancel and pause
+  bool force = false;
+  std::optional<double> grace;
+};
+
+// A command whose answer is a job (cancel, pause, resume): one line, or JSON.
+template <typename Request>
+int CallAndPrintJob(Client& c, const Globals& g,
+                    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, v1::Job*),
+                    const Request& req) {
+  v1::Job job;
+  if (int rc = c.Call(method, req, &job); rc != 0) return rc;
+  if (PrintedAsJson(g, job)) return 0;
+  std::cout << job.id() << " " << StateName(job.state())
+            << (job.message().empty() ? "" : ": " + job.message()) << "\n";
+  return 0;
+}
+
+int Submit(Client& c, const Globals& g, const SubmitArgs& a) {
+  auto text = ReadFile(a.spec_file);
+  if (!text.ok()) {
+    std::cerr << "adctl: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(text.value());
+  for (const auto& s : a.sets) req.add_overrides(s);
+  if (a.gpus) req.set_gpus(*a.gpus);
+  if (a.priority) req.set_priority(*a.priority);
+  req.set_submission_id(a.submission_id);
+  v1::SubmitJobResponse resp;
+  if (int rc = c.Call(&Stub::SubmitJob, req, &resp); rc != 0) return rc;
+  if (!PrintedAsJson(g, resp)) {
+    std::cout << (resp.created() ? "submitted " : "already submitted ") << resp.job().id() << " ("
+              << resp.job().name() << ", " << resp.job().gpus() << " rank(s), "
+              << StateName(resp.job().state()) << ")\n";
+  }
+  if (a.follow) return FollowJob(c, resp.job().id(), a.timeout);
+  if (a.wait) return WaitForJob(c, resp.job().id(), a.timeout, g.json());
+  return 0;
+}
+
+int List(Client& c, const Globals& g, const ListArgs& a) {
+  v1::ListJobsRequest req;
+  for (const auto& s : a.states) {
+    v1::JobState state;
+    std::string upper = s;
+    for (auto& ch : upper) ch = static_cast<char>(toupper(ch));
+    if (!v1::JobState_Parse("JOB_STATE_" + upper, &state)) {
+      std::cerr << "adctl: --state " << s << ": unknown state\n";
+      return kExitUsage;
+    }
+    req.add_states(state);
+  }
+  req.set_page_size(a.limit);
+  v1::ListJobsResponse resp;
+  if (int rc = c.Call(&Stub::ListJobs, req, &resp); rc != 0) return rc;
+  if (PrintedAsJson(g, resp)) return 0;
+  Table t({"ID", "NAME", "STATE", "PROGRESS", "LOSS", "RESTARTS", "GPUS", "AGE", "MESSAGE"});
+  const double now = Now();
+  for (const auto& j : resp.jobs()) {
+    char loss[32] = "-";
+    if (j.progress().step() > 0) snprintf(loss, sizeof(loss), "%.4f", j.progress().loss());
+    t.Add({j.id(), j.name(), StateName(j.state()), FormatProgress(j.progress()), loss,
+           std::to_string(j.restarts()) + "/" + std::to_string(j.max_restarts()),
+           std::to_string(j.gpus()), FormatDuration(now - j.submitted_at()),
+           j.state() == v1::JOB_STATE_QUEUED && !j.wait_reason().empty() ? j.wait_reason()
+                                                                         : j.message()});
+  }
+  std::cout << t.ToString();
+  return 0;
+}
+
+int Describe(Client& c, const Globals& g, const std::string& job_id) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  if (int rc = c.Call(&Stub::GetJob, req, &job); rc != 0) return rc;
+  if (PrintedAsJson(g, job)) return 0;
+  const double now = Now();
+  std::cout << "Job:        " << job.id() << " (" << job.name() << ")\n"
+            << "State:      " << StateName(job.state()) << "\n";
+  if (!job.message().empty()) std::cout << "Message:    " << job.message() << "\n";
+  if (job.state() == v1::JOB_STATE_QUEUED) {
+    std::cout << "Waiting:    "
+              << (job.wait_reason().empty() ? "next scheduling pass" : job.wait_reason()) << "\n";
+  }
+  std::cout << "Progress:   " << FormatProgress(job.progress());
+  if (job.progress().step() > 0) {
+    char buf[96];
+    snprintf(buf, sizeof(buf), "  loss %.4f  %.2f clips/s  %.3f s/step", job.progress().loss(),
+             job.progress().clips_per_second(), job.progress().step_seconds());
+    std::cout << buf;
+  }
+  std::cout << "\n"
+            << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n"
+            << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
+            << "Attempt:    " << job.attempt() << "  restarts " << job.restarts() << "/"
+            << job.max_restarts() << "\n"
+            << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago\n"
+            << "Directory:  " << job.job_dir() << "\n";
+  if (job.ranks_size() > 0) {
+    Table t({"RANK", "DEVICE", "PID", "ALIVE", "EXIT", "HEARTBEAT"});
+    for (const auto& r : job.ranks()) {
+      std::string exit = r.alive()         ? "-"
+                         : r.exit_signal() ? "signal " + std::to_string(r.exit_signal())
+                                           : std::to_string(r.exit_code());
+      t.Add({std::to_string(r.rank()), r.device(), std::to_string(r.pid()),
+             r.alive() ? "yes" : "no", exit,
+             r.last_heartbeat() > 0 ? FormatDuration(now - r.last_heartbeat()) + " ago" : "-"});
+    }
+    std::cout << "\n" << t.ToString();
+  }
+  v1::ListEventsRequest ereq;
+  ereq.set_job_id(job_id);
+  v1::ListEventsResponse events;
+  auto ectx = c.Context();
+  if (c.stub().ListEvents(ectx.get(), ereq, &events).ok()) {
+    std::cout << "\nEvents:\n";
+    int first = std::max(0, events.events_size() - 15);
+    for (int i = first; i < events.events_size(); ++i) {
+      const auto& e = events.events(i);
+      std::cout << "  " << TimeOfDay(e.time()) << "  " << e.message() << "\n";
+    }
+  }
+  return 0;
+}
+
+int Logs(Client& c, const std::string& job_id, const LogsArgs& a) {
+  v1::StreamLogsRequest req;
+  req.set_job_id(job_id);
+  req.set_rank(a.rank);
+  req.set_attempt(a.attempt);
+  req.set_follow(a.follow);
+  req.set_tail_bytes(a.tail);
+  auto ctx = c.Context(0);
+  auto reader = c.stub().StreamLogs(ctx.get(), req);
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) std::cout << chunk.data() << std::flush;
+  grpc::Status st = reader->Finish();
+  return st.ok() ? 0 : ReportError(st, c.server());
+}
+
+int Cancel(Client& c, const Globals& g, const std::string& job_id, const StopArgs& a) {
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_force(a.force);
+  if (a.grace) req.set_grace_seconds(*a.grace);
+  return CallAndPrintJob(c, g, &Stub::CancelJob, req);
+}
+
+int Pause(Client& c, const Globals& g, const std::string& job_id, const StopArgs& a) {
+  v1::PauseJobRequest req;
+  req.set_job_id(job_id);
+  if (a.grace) req.set_grace_seconds(*a.grace);
+  return CallAndPrintJob(c, g, &Stub::PauseJob, req);
+}
+
+int Resume(Client& c, const Globals& g, const std::string& job_id, std::optional<int> gpus) {
+  v1::ResumeJobRequest req;
+  req.set_job_id(job_id);
+  if (gpus) req.set_gpus(*gpus);
+  return CallAndPrintJob(c, g, &Stub::ResumeJob, req);
+}
+
+int Checkpoints(Client& c, const Globals& g, const std::string& job_id) {
+  v1::ListCheckpointsRequest req;
+  req.set_job_id(job_id);
+  v1::ListCheckpointsResponse resp;
+  if (int rc = c.Call(&Stub::ListCheckpoints, req, &resp); rc != 0) return rc;
+  if (PrintedAsJson(g, resp)) return 0;
+  Table t({"STEP", "SIZE", "ON DISK", "ATTEMPT", "PATH"});
+  for (const auto& ck : resp.checkpoints()) {
+    t.Add({std::to_string(ck.step()), FormatBytes(ck.size_bytes()), ck.on_disk() ? "yes" : "no",
+           ck.attempt() ? std::to_string(ck.attempt()) : "-", ck.path()});
+  }
+  std::cout << t.ToString();
+  return 0;
+}
+
+int Events(Client& c, const Globals& g, const std::string& job_id) {
+  v1::ListEventsRequest req;
+  req.set_job_id(job_id);
+  v1::ListEventsResponse resp;
+  if (int rc = c.Call(&Stub::ListEvents, req, &resp); rc != 0) return rc;
+  if (PrintedAsJson(g, resp)) return 0;
+  Table t({"TIME", "ATTEMPT", "KIND", "LEVEL", "MESSAGE"});
+  for (const auto& e : resp.events()) {
+    t.Add({TimeOfDay(e.time()), std::to_string(e.attempt()), e.kind(), e.level(), e.message()});
+  }
+  std::cout << t.ToString();
+  return 0;
+}
+
+int Devices(Client& c, const Globals& g) {
+  v1::ListDevicesResponse resp;
+  if (int rc = c.Call(&Stub::ListDevices, v1::ListDevicesRequest(), &resp); rc != 0) return rc;
+  if (PrintedAsJson(g, resp)) return 0;
+  Table t({"DEVICE", "KIND", "MODEL", "MEMORY", "JOB"});
+  for (const auto& d : resp.devices()) {
+    t.Add({d.name(), d.kind(), d.model(),
+           d.memory_total_bytes()
+               ? FormatBytes(d.memory_used_bytes()) + " / " + FormatBytes(d.memory_total_bytes())
+               : "-",
+           d.job_id().empty() ? "-" : d.job_id()});
+  }
+  std::cout << t.ToString();
+  return 0;
+}
+
 }  // namespace
 }  // namespace adctl::cli
 
@@ -209,313 +441,97 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
 
+  // Registration only: each callback runs its subcommand's function with a connected client.
   int rc = 0;
-  auto client = [&]() { return Client(ResolveConnection(g.server)); };
+  auto run = [&](auto command) {
+    return [&rc, &g, command] {
+      Client c(ResolveConnection(g.server));
+      rc = command(c);
+    };
+  };
+  std::string job_id;
+  auto add_job_command = [&](const char* name, const char* help) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->add_option("JOB", job_id, "job id")->required();
+    return sub;
+  };
 
-  // submit
-  auto* submit = app.add_subcommand("submit", "submit a job spec (YAML; docs/job-spec.md)");
-  std::string spec_file, submission_id;
-  std::vector<std::string> sets;
-  std::optional<int> submit_gpus, priority;
-  bool submit_wait = false, submit_follow = false;
-  double submit_timeout = 0;
-  submit->add_option("FILE", spec_file, "job spec file")->required();
-  submit->add_option("--set", sets, "override a spec field: --set train.lr=3e-4 (repeatable)");
-  submit->add_option("--gpus", submit_gpus, "ranks (GPUs, or CPU slots); overrides resources.gpus");
-  submit->add_option("--priority", priority, "higher runs first; overrides resources.priority");
-  submit->add_option("--submission-id", submission_id,
-                     "idempotency key: resubmitting with the same id returns the same job");
-  submit->add_flag("--wait", submit_wait, "wait for the job to end; exit code by outcome");
-  submit->add_flag("--follow", submit_follow,
-                   "show live progress until the job ends; exit code by outcome");
-  submit->add_option("--timeout", submit_timeout, "with --wait/--follow: give up after S seconds");
-  submit->callback([&] {
-    auto text = ReadFile(spec_file);
-    if (!text.ok()) {
-      std::cerr << "adctl: " << text.status().message() << "\n";
-      rc = kExitUsage;
-      return;
-    }
-    Client c = client();
-    adctl::v1::SubmitJobRequest req;
-    req.set_spec_yaml(text.value());
-    for (const auto& s : sets) req.add_overrides(s);
-    if (submit_gpus) req.set_gpus(*submit_gpus);
-    if (priority) req.set_priority(*priority);
-    req.set_submission_id(submission_id);
-    adctl::v1::SubmitJobResponse resp;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::SubmitJob, req, &resp)) != 0) return;
-    if (g.json()) {
-      std::cout << ToJson(resp) << "\n";
-    } else {
-      std::cout << (resp.created() ? "submitted " : "already submitted ") << resp.job().id() << " ("
-                << resp.job().name() << ", " << resp.job().gpus() << " rank(s), "
-                << StateName(resp.job().state()) << ")\n";
-    }
-    if (submit_follow) {
-      rc = FollowJob(c, resp.job().id(), submit_timeout);
-    } else if (submit_wait) {
-      rc = WaitForJob(c, resp.job().id(), submit_timeout, g.json());
-    }
-  });
+  SubmitArgs submit;
+  auto* submit_cmd = app.add_subcommand("submit", "submit a job spec (YAML; docs/job-spec.md)");
+  submit_cmd->add_option("FILE", submit.spec_file, "job spec file")->required();
+  submit_cmd->add_option("--set", submit.sets,
+                         "override a spec field: --set train.lr=3e-4 (repeatable)");
+  submit_cmd->add_option("--gpus", submit.gpus,
+                         "ranks (GPUs, or CPU slots); overrides resources.gpus");
+  submit_cmd->add_option("--priority", submit.priority,
+                         "higher runs first; overrides resources.priority");
+  submit_cmd->add_option("--submission-id", submit.submission_id,
+                         "idempotency key: resubmitting with the same id returns the same job");
+  submit_cmd->add_flag("--wait", submit.wait, "wait for the job to end; exit code by outcome");
+  submit_cmd->add_flag("--follow", submit.follow,
+                       "show live progress until the job ends; exit code by outcome");
+  submit_cmd->add_option("--timeout", submit.timeout,
+                         "with --wait/--follow: give up after S seconds");
+  submit_cmd->callback(run([&](Client& c) { return Submit(c, g, submit); }));
 
-  // ls
+  ListArgs list;
   auto* ls = app.add_subcommand("ls", "list jobs (newest first)");
   ls->alias("list");
-  std::vector<std::string> ls_states;
-  int ls_limit = 50;
-  ls->add_option("--state", ls_states, "only jobs in these states (repeatable)");
-  ls->add_option("--limit", ls_limit, "at most N jobs")->capture_default_str();
-  ls->callback([&] {
-    Client c = client();
-    adctl::v1::ListJobsRequest req;
-    for (const auto& s : ls_states) {
-      adctl::v1::JobState state;
-      std::string upper = s;
-      for (auto& ch : upper) ch = static_cast<char>(toupper(ch));
-      if (!adctl::v1::JobState_Parse("JOB_STATE_" + upper, &state)) {
-        std::cerr << "adctl: --state " << s << ": unknown state\n";
-        rc = kExitUsage;
-        return;
-      }
-      req.add_states(state);
-    }
-    req.set_page_size(ls_limit);
-    adctl::v1::ListJobsResponse resp;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListJobs, req, &resp)) != 0) return;
-    if (PrintedAsJson(g, resp)) return;
-    Table t({"ID", "NAME", "STATE", "PROGRESS", "LOSS", "RESTARTS", "GPUS", "AGE", "MESSAGE"});
-    const double now = Now();
-    for (const auto& j : resp.jobs()) {
-      char loss[32] = "-";
-      if (j.progress().step() > 0) snprintf(loss, sizeof(loss), "%.4f", j.progress().loss());
-      t.Add({j.id(), j.name(), StateName(j.state()), FormatProgress(j.progress()), loss,
-             std::to_string(j.restarts()) + "/" + std::to_string(j.max_restarts()),
-             std::to_string(j.gpus()), FormatDuration(now - j.submitted_at()),
-             j.state() == adctl::v1::JOB_STATE_QUEUED && !j.wait_reason().empty() ? j.wait_reason()
-                                                                                  : j.message()});
-    }
-    std::cout << t.ToString();
-  });
+  ls->add_option("--state", list.states, "only jobs in these states (repeatable)");
+  ls->add_option("--limit", list.limit, "at most N jobs")->capture_default_str();
+  ls->callback(run([&](Client& c) { return List(c, g, list); }));
 
-  // describe
-  auto* describe =
-      app.add_subcommand("describe", "show one job: state, why it waits, ranks, events");
-  describe->alias("show");
-  std::string job_id;
-  describe->add_option("JOB", job_id, "job id")->required();
-  describe->callback([&] {
-    Client c = client();
-    adctl::v1::GetJobRequest req;
-    req.set_job_id(job_id);
-    adctl::v1::Job job;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::GetJob, req, &job)) != 0) return;
-    if (PrintedAsJson(g, job)) return;
-    const double now = Now();
-    std::cout << "Job:        " << job.id() << " (" << job.name() << ")\n"
-              << "State:      " << StateName(job.state()) << "\n";
-    if (!job.message().empty()) std::cout << "Message:    " << job.message() << "\n";
-    if (job.state() == adctl::v1::JOB_STATE_QUEUED) {
-      std::cout << "Waiting:    "
-                << (job.wait_reason().empty() ? "next scheduling pass" : job.wait_reason()) << "\n";
-    }
-    std::cout << "Progress:   " << FormatProgress(job.progress());
-    if (job.progress().step() > 0) {
-      char buf[96];
-      snprintf(buf, sizeof(buf), "  loss %.4f  %.2f clips/s  %.3f s/step", job.progress().loss(),
-               job.progress().clips_per_second(), job.progress().step_seconds());
-      std::cout << buf;
-    }
-    std::cout << "\n"
-              << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n"
-              << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
-              << "Attempt:    " << job.attempt() << "  restarts " << job.restarts() << "/"
-              << job.max_restarts() << "\n"
-              << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago\n"
-              << "Directory:  " << job.job_dir() << "\n";
-    if (job.ranks_size() > 0) {
-      Table t({"RANK", "DEVICE", "PID", "ALIVE", "EXIT", "HEARTBEAT"});
-      for (const auto& r : job.ranks()) {
-        std::string exit = r.alive()         ? "-"
-                           : r.exit_signal() ? "signal " + std::to_string(r.exit_signal())
-                                             : std::to_string(r.exit_code());
-        t.Add({std::to_string(r.rank()), r.device(), std::to_string(r.pid()),
-               r.alive() ? "yes" : "no", exit,
-               r.last_heartbeat() > 0 ? FormatDuration(now - r.last_heartbeat()) + " ago" : "-"});
-      }
-      std::cout << "\n" << t.ToString();
-    }
-    adctl::v1::ListEventsRequest ereq;
-    ereq.set_job_id(job_id);
-    adctl::v1::ListEventsResponse events;
-    auto ectx = c.Context();
-    if (c.stub().ListEvents(ectx.get(), ereq, &events).ok()) {
-      std::cout << "\nEvents:\n";
-      int start = std::max(0, events.events_size() - 15);
-      for (int i = start; i < events.events_size(); ++i) {
-        const auto& e = events.events(i);
-        std::cout << "  " << TimeOfDay(e.time()) << "  " << e.message() << "\n";
-      }
-    }
-  });
+  add_job_command("describe", "show one job: state, why it waits, ranks, events")
+      ->alias("show")
+      ->callback(run([&](Client& c) { return Describe(c, g, job_id); }));
 
-  // logs
-  auto* logs = app.add_subcommand("logs", "print a rank's log (stdout+stderr of adworker)");
-  bool logs_follow = false;
-  int logs_rank = 0, logs_attempt = 0;
-  int64_t logs_tail = 0;
-  logs->add_option("JOB", job_id, "job id")->required();
-  logs->add_flag("-f,--follow", logs_follow, "keep printing until the job ends");
-  logs->add_option("--rank", logs_rank, "rank")->capture_default_str();
-  logs->add_option("--attempt", logs_attempt, "attempt (default: the latest, then later ones)");
-  logs->add_option("--tail", logs_tail, "start this many bytes before the end");
-  logs->callback([&] {
-    Client c = client();
-    adctl::v1::StreamLogsRequest req;
-    req.set_job_id(job_id);
-    req.set_rank(logs_rank);
-    req.set_attempt(logs_attempt);
-    req.set_follow(logs_follow);
-    req.set_tail_bytes(logs_tail);
-    auto ctx = c.Context(0);
-    auto reader = c.stub().StreamLogs(ctx.get(), req);
-    adctl::v1::LogChunk chunk;
-    while (reader->Read(&chunk)) std::cout << chunk.data() << std::flush;
-    grpc::Status st = reader->Finish();
-    if (!st.ok()) rc = ReportError(st, c.server());
-  });
+  LogsArgs logs;
+  auto* logs_cmd = add_job_command("logs", "print a rank's log (stdout+stderr of adworker)");
+  logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing until the job ends");
+  logs_cmd->add_option("--rank", logs.rank, "rank")->capture_default_str();
+  logs_cmd->add_option("--attempt", logs.attempt, "attempt (default: the latest, then later ones)");
+  logs_cmd->add_option("--tail", logs.tail, "start this many bytes before the end");
+  logs_cmd->callback(run([&](Client& c) { return Logs(c, job_id, logs); }));
 
-  // watch
-  auto* watch =
-      app.add_subcommand("watch", "live progress until the job ends; exit code by outcome");
-  double watch_timeout = 0;
-  watch->add_option("JOB", job_id, "job id")->required();
-  watch->add_option("--timeout", watch_timeout, "give up after S seconds (exit 4)");
-  watch->callback([&] {
-    Client c = client();
-    rc = FollowJob(c, job_id, watch_timeout);
-  });
+  double timeout = 0;
+  auto* watch = add_job_command("watch", "live progress until the job ends; exit code by outcome");
+  watch->add_option("--timeout", timeout, "give up after S seconds (exit 4)");
+  watch->callback(run([&](Client& c) { return FollowJob(c, job_id, timeout); }));
 
-  // cancel / pause / resume
-  auto* cancel = app.add_subcommand("cancel", "stop a job for good (SIGTERM, grace, SIGKILL)");
-  bool force = false;
-  std::optional<double> grace;
-  cancel->add_option("JOB", job_id, "job id")->required();
-  cancel->add_flag("--force", force, "SIGKILL now");
-  cancel->add_option("--grace", grace, "seconds between SIGTERM and SIGKILL (default: the spec's)");
-  auto print_job = [&](const adctl::v1::Job& job) {
-    if (g.json()) {
-      std::cout << ToJson(job) << "\n";
-    } else {
-      std::cout << job.id() << " " << StateName(job.state())
-                << (job.message().empty() ? "" : ": " + job.message()) << "\n";
-    }
-  };
-  cancel->callback([&] {
-    Client c = client();
-    adctl::v1::CancelJobRequest req;
-    req.set_job_id(job_id);
-    req.set_force(force);
-    if (grace) req.set_grace_seconds(*grace);
-    adctl::v1::Job job;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::CancelJob, req, &job)) != 0) return;
-    print_job(job);
-  });
-  auto* pause = app.add_subcommand("pause", "checkpoint and stop a job, keeping it resumable");
-  pause->add_option("JOB", job_id, "job id")->required();
-  pause->add_option("--grace", grace, "seconds to wait for the checkpoint before SIGKILL");
-  pause->callback([&] {
-    Client c = client();
-    adctl::v1::PauseJobRequest req;
-    req.set_job_id(job_id);
-    if (grace) req.set_grace_seconds(*grace);
-    adctl::v1::Job job;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::PauseJob, req, &job)) != 0) return;
-    print_job(job);
-  });
-  auto* resume = app.add_subcommand(
-      "resume", "continue a paused job from its newest checkpoint (optionally on N ranks)");
+  StopArgs stop;
+  auto* cancel = add_job_command("cancel", "stop a job for good (SIGTERM, grace, SIGKILL)");
+  cancel->add_flag("--force", stop.force, "SIGKILL now");
+  cancel->add_option("--grace", stop.grace,
+                     "seconds between SIGTERM and SIGKILL (default: the spec's)");
+  cancel->callback(run([&](Client& c) { return Cancel(c, g, job_id, stop); }));
+  auto* pause = add_job_command("pause", "checkpoint and stop a job, keeping it resumable");
+  pause->add_option("--grace", stop.grace, "seconds to wait for the checkpoint before SIGKILL");
+  pause->callback(run([&](Client& c) { return Pause(c, g, job_id, stop); }));
+
   std::optional<int> resume_gpus;
-  resume->add_option("JOB", job_id, "job id")->required();
+  auto* resume = add_job_command(
+      "resume", "continue a paused job from its newest checkpoint (optionally on N ranks)");
   resume->add_option("--gpus", resume_gpus,
                      "run on N ranks; train.grad_accum is recomputed to keep the global batch");
-  resume->callback([&] {
-    Client c = client();
-    adctl::v1::ResumeJobRequest req;
-    req.set_job_id(job_id);
-    if (resume_gpus) req.set_gpus(*resume_gpus);
-    adctl::v1::Job job;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::ResumeJob, req, &job)) != 0) return;
-    print_job(job);
-  });
+  resume->callback(run([&](Client& c) { return Resume(c, g, job_id, resume_gpus); }));
 
-  // wait
-  auto* wait = app.add_subcommand(
+  auto* wait = add_job_command(
       "wait", "wait until a job ends: exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 timeout");
-  double wait_timeout = 0;
-  wait->add_option("JOB", job_id, "job id")->required();
-  wait->add_option("--timeout", wait_timeout, "give up after S seconds (exit 4)");
-  wait->callback([&] {
-    Client c = client();
-    rc = WaitForJob(c, job_id, wait_timeout, g.json());
-  });
+  wait->add_option("--timeout", timeout, "give up after S seconds (exit 4)");
+  wait->callback(run([&](Client& c) { return WaitForJob(c, job_id, timeout, g.json()); }));
 
-  // ckpt ls
   auto* ckpt = app.add_subcommand("ckpt", "checkpoints");
   ckpt->require_subcommand(1);
   auto* ckpt_ls = ckpt->add_subcommand("ls", "list a job's checkpoints");
   ckpt_ls->add_option("JOB", job_id, "job id")->required();
-  ckpt_ls->callback([&] {
-    Client c = client();
-    adctl::v1::ListCheckpointsRequest req;
-    req.set_job_id(job_id);
-    adctl::v1::ListCheckpointsResponse resp;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListCheckpoints, req, &resp)) != 0) return;
-    if (PrintedAsJson(g, resp)) return;
-    Table t({"STEP", "SIZE", "ON DISK", "ATTEMPT", "PATH"});
-    for (const auto& ck : resp.checkpoints()) {
-      t.Add({std::to_string(ck.step()), FormatBytes(ck.size_bytes()), ck.on_disk() ? "yes" : "no",
-             ck.attempt() ? std::to_string(ck.attempt()) : "-", ck.path()});
-    }
-    std::cout << t.ToString();
-  });
+  ckpt_ls->callback(run([&](Client& c) { return Checkpoints(c, g, job_id); }));
 
-  // events
-  auto* events = app.add_subcommand("events", "a job's event history");
-  events->add_option("JOB", job_id, "job id")->required();
-  events->callback([&] {
-    Client c = client();
-    adctl::v1::ListEventsRequest req;
-    req.set_job_id(job_id);
-    adctl::v1::ListEventsResponse resp;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListEvents, req, &resp)) != 0) return;
-    if (PrintedAsJson(g, resp)) return;
-    Table t({"TIME", "ATTEMPT", "KIND", "LEVEL", "MESSAGE"});
-    for (const auto& e : resp.events()) {
-      t.Add({TimeOfDay(e.time()), std::to_string(e.attempt()), e.kind(), e.level(), e.message()});
-    }
-    std::cout << t.ToString();
-  });
+  add_job_command("events", "a job's event history")->callback(run([&](Client& c) {
+    return Events(c, g, job_id);
+  }));
 
-  // gpus
-  auto* gpus =
-      app.add_subcommand("gpus", "the coordinator's GPUs (or CPU slots) and who holds them");
-  gpus->callback([&] {
-    Client c = client();
-    adctl::v1::ListDevicesRequest req;
-    adctl::v1::ListDevicesResponse resp;
-    if ((rc = c.Call(&adctl::v1::JobService::Stub::ListDevices, req, &resp)) != 0) return;
-    if (PrintedAsJson(g, resp)) return;
-    Table t({"DEVICE", "KIND", "MODEL", "MEMORY", "JOB"});
-    for (const auto& d : resp.devices()) {
-      t.Add({d.name(), d.kind(), d.model(),
-             d.memory_total_bytes()
-                 ? FormatBytes(d.memory_used_bytes()) + " / " + FormatBytes(d.memory_total_bytes())
-                 : "-",
-             d.job_id().empty() ? "-" : d.job_id()});
-    }
-    std::cout << t.ToString();
-  });
+  app.add_subcommand("gpus", "the coordinator's GPUs (or CPU slots) and who holds them")
+      ->callback(run([&](Client& c) { return Devices(c, g); }));
 
   try {
     app.parse(argc, argv);

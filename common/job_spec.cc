@@ -16,9 +16,47 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <variant>
 
 namespace adctl {
+
+// ---- The enums' name tables ------------------------------------------------------------------
+
+#define ADCTL_SPEC_ENUM_TABLE(Enum, ...)                                \
+  const std::vector<SpecEnumName<Enum>>& SpecEnumNames(Enum) {          \
+    static const std::vector<SpecEnumName<Enum>> table = {__VA_ARGS__}; \
+    return table;                                                       \
+  }
+
+ADCTL_SPEC_ENUM_TABLE(JobKind, {JobKind::kTrain, "train"}, {JobKind::kPreprocess, "preprocess"})
+ADCTL_SPEC_ENUM_TABLE(ModelPreset, {ModelPreset::kNone, ""}, {ModelPreset::kTiny, "tiny"},
+                      {ModelPreset::kSd15, "sd15"})
+ADCTL_SPEC_ENUM_TABLE(PresetLayout, {PresetLayout::kV1, "v1"}, {PresetLayout::kV2, "v2"},
+                      {PresetLayout::kV3, "v3"})
+ADCTL_SPEC_ENUM_TABLE(MotionNorm, {MotionNorm::kAuto, "auto"},
+                      {MotionNorm::kAcrossFrames, "across_frames"},
+                      {MotionNorm::kPerFrame, "per_frame"})
+ADCTL_SPEC_ENUM_TABLE(DataKind, {DataKind::kSynthetic, "synthetic"},
+                      {DataKind::kLatents, "latents"}, {DataKind::kVideo, "video"})
+ADCTL_SPEC_ENUM_TABLE(CacheDtype, {CacheDtype::kBf16, "bf16"}, {CacheDtype::kFp16, "fp16"})
+ADCTL_SPEC_ENUM_TABLE(LrSchedule, {LrSchedule::kConstant, "constant"},
+                      {LrSchedule::kCosine, "cosine"})
+ADCTL_SPEC_ENUM_TABLE(Precision, {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"},
+                      {Precision::kBf16, "bf16"})
+ADCTL_SPEC_ENUM_TABLE(AttentionKernel, {AttentionKernel::kAuto, "auto"},
+                      {AttentionKernel::kFlash, "flash"},
+                      {AttentionKernel::kEfficient, "efficient"},
+                      {AttentionKernel::kCudnn, "cudnn"}, {AttentionKernel::kMath, "math"})
+ADCTL_SPEC_ENUM_TABLE(BetaSchedule, {BetaSchedule::kLinear, "linear"},
+                      {BetaSchedule::kScaledLinear, "scaled_linear"},
+                      {BetaSchedule::kPretrained, "pretrained"})
+ADCTL_SPEC_ENUM_TABLE(PredictionType, {PredictionType::kEpsilon, "epsilon"},
+                      {PredictionType::kVPrediction, "v_prediction"})
+ADCTL_SPEC_ENUM_TABLE(BucketDtype, {BucketDtype::kFp32, "fp32"}, {BucketDtype::kBf16, "bf16"})
+
+#undef ADCTL_SPEC_ENUM_TABLE
+
 namespace {
 
 constexpr const char* kSections[] = {"model",      "data",       "preprocess", "train",
@@ -261,6 +299,22 @@ Status Convert(const std::string& path, const YAML::Node& node, std::vector<T>* 
   return Status::Ok();
 }
 
+// A spec enum: one of its table's names.
+template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+Status Convert(const std::string& path, const YAML::Node& node, E* out) {
+  std::string text;
+  ADCTL_RETURN_IF_ERROR(Convert(path, node, &text));
+  std::string list;
+  for (const SpecEnumName<E>& e : SpecEnumNames(E{})) {
+    if (text == e.name) {
+      *out = e.value;
+      return Status::Ok();
+    }
+    list += std::string(list.empty() ? "" : ", ") + "'" + e.name + "'";
+  }
+  return InvalidArgument(path + ": must be one of " + list + ", got '" + text + "'");
+}
+
 Status ConvertBetas(const YAML::Node& node, double* beta1, double* beta2) {
   if (!node.IsSequence() || node.size() != 2) {
     return InvalidArgument(
@@ -433,12 +487,18 @@ std::string EmitValue(const std::vector<T>& v) {
   return out + "]";
 }
 
+template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+std::string EmitValue(E v) {
+  return Quote(Name(v));
+}
+
 // ---- Validation helpers ----------------------------------------------------------------------
 
 std::string Show(const std::string& v) { return "'" + v + "'"; }
 std::string Show(int64_t v) { return std::to_string(v); }
 std::string Show(double v) { return FormatDouble(v); }
 
+// The list-valued and free-form string fields that name one of a few choices.
 Status OneOf(const char* path, const std::string& value,
              std::initializer_list<const char*> allowed) {
   std::string list;
@@ -527,12 +587,10 @@ Status ValidateJobSpec(const JobSpec& s) {
         "name: must be 1-63 characters of letters, digits, '-', '_' or '.', got " + Show(s.name));
   }
 
-  ADCTL_RETURN_IF_ERROR(OneOf("kind", s.kind, {"train", "preprocess"}));
-  const bool preprocess = s.kind == "preprocess";
+  const bool preprocess = s.kind == JobKind::kPreprocess;
 
   // model
   const ModelSpec& m = s.model;
-  ADCTL_RETURN_IF_ERROR(OneOf("model.preset", m.preset, {"", "tiny", "sd15"}));
   const int unet_sources = !m.pretrained.empty() + !m.unet2d.empty() + !m.unet_motion.empty();
   const bool has_paths = unet_sources > 0;
   if (preprocess) {
@@ -541,11 +599,11 @@ Status ValidateJobSpec(const JobSpec& s) {
           "model.pretrained: required for kind 'preprocess' (a Stable Diffusion folder with vae/, "
           "text_encoder/ and tokenizer/)");
     }
-  } else if (m.preset.empty() == !has_paths) {
-    return InvalidArgument(m.preset.empty()
+  } else if ((m.preset == ModelPreset::kNone) == !has_paths) {
+    return InvalidArgument(m.preset == ModelPreset::kNone
                                ? "model: give a preset ('tiny', 'sd15'), model.pretrained, "
                                  "model.unet2d or model.unet_motion"
-                               : "model.preset: " + Show(m.preset) +
+                               : "model.preset: " + Show(Name(m.preset)) +
                                      " cannot be combined with model.pretrained/model.unet2d/"
                                      "model.unet_motion; give one of them");
   }
@@ -563,21 +621,17 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument("model.motion_module_file: " + Show(m.motion_module_file) +
                            " needs model.unet2d or model.unet_motion, not a preset");
   }
-  ADCTL_RETURN_IF_ERROR(
-      OneOf("model.motion_norm", m.motion_norm, {"auto", "across_frames", "per_frame"}));
-  ADCTL_RETURN_IF_ERROR(OneOf("model.preset_layout", m.preset_layout, {"v1", "v2", "v3"}));
 
   // data
   const DataSpec& d = s.data;
-  ADCTL_RETURN_IF_ERROR(OneOf("data.kind", d.kind, {"synthetic", "latents", "video"}));
-  if (preprocess != (d.kind == "video")) {
+  if (preprocess != (d.kind == DataKind::kVideo)) {
     return InvalidArgument(
-        preprocess
-            ? "data.kind: a preprocess job reads videos: set data.kind 'video', got " + Show(d.kind)
-            : "data.kind: 'video' is read by a preprocess job (kind: preprocess); train "
-              "on its cache with data.kind 'latents' and data.path = preprocess.output");
+        preprocess ? "data.kind: a preprocess job reads videos: set data.kind 'video', got " +
+                         Show(Name(d.kind))
+                   : "data.kind: 'video' is read by a preprocess job (kind: preprocess); train "
+                     "on its cache with data.kind 'latents' and data.path = preprocess.output");
   }
-  if (d.kind == "video") {
+  if (d.kind == DataKind::kVideo) {
     if (d.csv.empty()) return InvalidArgument("data.csv: required for data.kind 'video'");
     if (d.video_dir.empty()) {
       return InvalidArgument("data.video_dir: required for data.kind 'video'");
@@ -601,7 +655,6 @@ Status ValidateJobSpec(const JobSpec& s) {
       return InvalidArgument("preprocess.output: required (the latent cache directory)");
     }
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.shard_size", p.shard_size, 1));
-    ADCTL_RETURN_IF_ERROR(OneOf("preprocess.dtype", p.dtype, {"bf16", "fp16"}));
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.decode_threads", p.decode_threads, 1));
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.vae_chunk", p.vae_chunk, 1));
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.min_frames", p.min_frames, 1));
@@ -610,10 +663,10 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
                            Show(s.preprocess.output));
   }
-  if (d.kind == "latents" && d.path.empty()) {
+  if (d.kind == DataKind::kLatents && d.path.empty()) {
     return InvalidArgument("data.path: required for data.kind 'latents' (a directory of shards)");
   }
-  if (d.kind == "synthetic" && !d.path.empty()) {
+  if (d.kind == DataKind::kSynthetic && !d.path.empty()) {
     return InvalidArgument("data.path: only used with data.kind 'latents', got " + Show(d.path) +
                            " with kind 'synthetic'");
   }
@@ -623,7 +676,7 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.width", d.width, 1));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.text_len", d.text_len, 1));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.seed", d.seed, 0));
-  if (m.preset == "tiny") {
+  if (m.preset == ModelPreset::kTiny) {
     if (d.frames > kTinyMaxFrames) {
       return InvalidArgument("data.frames: the tiny preset takes at most " +
                              std::to_string(kTinyMaxFrames) + " frames, got " + Show(d.frames));
@@ -637,7 +690,7 @@ Status ValidateJobSpec(const JobSpec& s) {
       return InvalidArgument("data.width: must be even for the tiny preset, got " + Show(d.width));
     }
   }
-  if (m.preset == "sd15") {
+  if (m.preset == ModelPreset::kSd15) {
     // SD1.5 downsamples three times: latent sides must be multiples of 8.
     if (d.height % 8 != 0 || d.width % 8 != 0) {
       return InvalidArgument("data.height/data.width: must be multiples of 8 for the sd15 preset");
@@ -654,17 +707,11 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta2", t.beta2));
   ADCTL_RETURN_IF_ERROR(NonNegative("train.weight_decay", t.weight_decay));
   ADCTL_RETURN_IF_ERROR(Positive("train.eps", t.eps));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.lr_schedule", t.lr_schedule, {"constant", "cosine"}));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.warmup_steps", t.warmup_steps, 0));
   ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.precision", t.precision, {"auto", "fp32", "bf16"}));
-  ADCTL_RETURN_IF_ERROR(
-      OneOf("train.attention", t.attention, {"auto", "flash", "efficient", "cudnn", "math"}));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.caption_dropout", t.caption_dropout));
-  ADCTL_RETURN_IF_ERROR(
-      OneOf("train.beta_schedule", t.beta_schedule, {"linear", "scaled_linear", "pretrained"}));
-  if (t.beta_schedule == "pretrained" && m.pretrained.empty()) {
+  if (t.beta_schedule == BetaSchedule::kPretrained && m.pretrained.empty()) {
     return InvalidArgument(
         "train.beta_schedule: 'pretrained' reads model.pretrained's scheduler/, which is not set");
   }
@@ -678,11 +725,8 @@ Status ValidateJobSpec(const JobSpec& s) {
                            "), got " + Show(t.beta_start));
   }
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.num_train_timesteps", t.num_train_timesteps, 2));
-  ADCTL_RETURN_IF_ERROR(
-      OneOf("train.prediction_type", t.prediction_type, {"epsilon", "v_prediction"}));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.log_every", t.log_every, 1));
   ADCTL_RETURN_IF_ERROR(Positive("train.bucket_cap_mb", t.bucket_cap_mb));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.bucket_dtype", t.bucket_dtype, {"fp32", "bf16"}));
 
   // checkpoint
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
@@ -783,7 +827,13 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                              std::vector<int64_t>>;
   auto collect = [](const JobSpec& s) {
     std::vector<Value> values;
-    ForEachField(s, [&](const char*, const auto& v) { values.emplace_back(v); });
+    ForEachField(s, [&](const char*, const auto& v) {
+      if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>) {
+        values.emplace_back(Name(v));
+      } else {
+        values.emplace_back(v);
+      }
+    });
     return values;
   };
   return collect(a) == collect(b);

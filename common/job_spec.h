@@ -14,11 +14,62 @@
 
 namespace adctl {
 
+// The spec's enumerations. Each has one name table (SpecEnumNames): the parser accepts exactly
+// those names (anything else is an error naming the field and the allowed names), the canonical
+// YAML writes them, and code switches on the values.
+enum class JobKind { kTrain, kPreprocess };
+enum class ModelPreset { kNone, kTiny, kSd15 };  // "" (paths given), "tiny", "sd15"
+enum class PresetLayout { kV1, kV2, kV3 };
+enum class MotionNorm { kAuto, kAcrossFrames, kPerFrame };
+enum class DataKind { kSynthetic, kLatents, kVideo };
+enum class CacheDtype { kBf16, kFp16 };  // preprocess.dtype
+enum class LrSchedule { kConstant, kCosine };
+enum class Precision { kAuto, kFp32, kBf16 };
+enum class AttentionKernel { kAuto, kFlash, kEfficient, kCudnn, kMath };
+enum class BetaSchedule { kLinear, kScaledLinear, kPretrained };
+enum class PredictionType { kEpsilon, kVPrediction };
+enum class BucketDtype { kFp32, kBf16 };
+
+template <typename E>
+struct SpecEnumName {
+  E value;
+  const char* name;
+};
+// The name table of each enum, in the order error messages list them. The argument only picks
+// the table.
+const std::vector<SpecEnumName<JobKind>>& SpecEnumNames(JobKind);
+const std::vector<SpecEnumName<ModelPreset>>& SpecEnumNames(ModelPreset);
+const std::vector<SpecEnumName<PresetLayout>>& SpecEnumNames(PresetLayout);
+const std::vector<SpecEnumName<MotionNorm>>& SpecEnumNames(MotionNorm);
+const std::vector<SpecEnumName<DataKind>>& SpecEnumNames(DataKind);
+const std::vector<SpecEnumName<CacheDtype>>& SpecEnumNames(CacheDtype);
+const std::vector<SpecEnumName<LrSchedule>>& SpecEnumNames(LrSchedule);
+const std::vector<SpecEnumName<Precision>>& SpecEnumNames(Precision);
+const std::vector<SpecEnumName<AttentionKernel>>& SpecEnumNames(AttentionKernel);
+const std::vector<SpecEnumName<BetaSchedule>>& SpecEnumNames(BetaSchedule);
+const std::vector<SpecEnumName<PredictionType>>& SpecEnumNames(PredictionType);
+const std::vector<SpecEnumName<BucketDtype>>& SpecEnumNames(BucketDtype);
+
+// The spec's name of `value` ("v_prediction").
+template <typename E>
+std::string Name(E value) {
+  for (const SpecEnumName<E>& e : SpecEnumNames(value)) {
+    if (e.value == value) return e.name;
+  }
+  return "?";
+}
+
+// train.precision as it applies on this device: kAuto is bf16 on a GPU and fp32 on a CPU.
+inline Precision ResolvePrecision(Precision precision, bool on_gpu) {
+  if (precision != Precision::kAuto) return precision;
+  return on_gpu ? Precision::kBf16 : Precision::kFp32;
+}
+
 struct ModelSpec {
   // Either a preset ("tiny": random init, small channels, written in diffusers format into the
   // job directory) or paths. With paths: `unet2d` + optional `motion_adapter` (absent: new
   // motion modules, proj_out zero-initialised), or `unet_motion` (combined directory).
-  std::string preset;  // "", "tiny" or "sd15" (SD1.5 shapes, random: benchmarks)
+  ModelPreset preset = ModelPreset::kNone;  // sd15: SD1.5 shapes, random (benchmarks)
   // A diffusers Stable Diffusion folder (unet/, vae/, text_encoder/, tokenizer/, scheduler/),
   // as users download it (fp16 variants too). Training uses its unet/; preprocessing its vae/,
   // text_encoder/ and tokenizer/.
@@ -27,18 +78,18 @@ struct ModelSpec {
   std::string motion_adapter;      // diffusers MotionAdapter directory
   std::string unet_motion;         // diffusers UNetMotionModel directory
   std::string motion_module_file;  // original AnimateDiff safetensors (optional, overrides adapter)
-  // Motion-module GroupNorm scope: "per_frame" (original AnimateDiff: every released module was
-  // trained so, and ComfyUI/A1111 run them so), "across_frames" (diffusers normalises over all
-  // frames of a clip), "auto" (what the loaded module records, else its format's convention).
-  std::string motion_norm = "per_frame";
+  // Motion-module GroupNorm scope: kPerFrame (original AnimateDiff: every released module was
+  // trained so, and ComfyUI/A1111 run them so), kAcrossFrames (diffusers normalises over all
+  // frames of a clip), kAuto (what the loaded module records, else its format's convention).
+  MotionNorm motion_norm = MotionNorm::kPerFrame;
   bool gradient_checkpointing = false;
   // Presets only: motion-module layout "v2" (mid-block module) or "v1"/"v3" (none).
-  std::string preset_layout = "v2";
+  PresetLayout preset_layout = PresetLayout::kV2;
 };
 
 struct DataSpec {
-  // "synthetic" | "latents" (a cache written by a preprocess job) | "video" (preprocess only)
-  std::string kind = "synthetic";
+  // synthetic | latents (a cache written by a preprocess job) | video (preprocess only)
+  DataKind kind = DataKind::kSynthetic;
   std::string path;  // latents: directory of *.safetensors shards
   // synthetic source: generated deterministically from `seed`.
   int64_t num_samples = 64;
@@ -61,13 +112,13 @@ struct DataSpec {
 
 // Turning videos into a latent cache (kind: preprocess).
 struct PreprocessSpec {
-  std::string output;          // cache directory (required); train with data.kind: latents
-  int64_t shard_size = 32;     // clips per shard: the unit of work and of resume
-  std::string dtype = "bf16";  // on-disk latent statistics and text states: "bf16" | "fp16"
-  int64_t decode_threads = 4;  // videos decoded in parallel per rank
-  int64_t vae_chunk = 16;      // frames per VAE encoder call
-  int64_t min_frames = 1;      // shorter videos are skipped (counted as too_short)
-  int64_t max_clips = 0;       // 0: every CSV row; else the first N rows
+  std::string output;       // cache directory (required); train with data.kind: latents
+  int64_t shard_size = 32;  // clips per shard: the unit of work and of resume
+  CacheDtype dtype = CacheDtype::kBf16;  // on-disk latent statistics and text states
+  int64_t decode_threads = 4;            // videos decoded in parallel per rank
+  int64_t vae_chunk = 16;                // frames per VAE encoder call
+  int64_t min_frames = 1;                // shorter videos are skipped (counted as too_short)
+  int64_t max_clips = 0;                 // 0: every CSV row; else the first N rows
 };
 
 struct TrainSpec {
@@ -79,28 +130,28 @@ struct TrainSpec {
   double beta2 = 0.999;
   double weight_decay = 1e-2;
   double eps = 1e-8;
-  std::string lr_schedule = "constant";  // "constant" | "cosine"
+  LrSchedule lr_schedule = LrSchedule::kConstant;
   int64_t warmup_steps = 0;
   double max_grad_norm = 1.0;  // <= 0 disables clipping
   // Probability of training a clip on the empty caption (AnimateDiff's cfg_random_null_text
   // ratio); needs a cache that stores the empty caption's text state.
   double caption_dropout = 0.1;
   int64_t seed = 42;
-  std::string precision = "auto";  // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16"
+  Precision precision = Precision::kAuto;  // auto: bf16 on GPU, fp32 on CPU
   // Attention kernels (LibTorch 2.x): "auto" (LibTorch's choice) | "flash" | "efficient" |
   // "cudnn" | "math".
-  std::string attention = "auto";
+  AttentionKernel attention = AttentionKernel::kAuto;
   // "linear" | "scaled_linear" | "pretrained" (model.pretrained's scheduler/scheduler_config.json
   // gives the schedule, betas, timesteps and prediction type)
-  std::string beta_schedule = "linear";
+  BetaSchedule beta_schedule = BetaSchedule::kLinear;
   double beta_start = 0.00085;
   double beta_end = 0.012;
   int64_t num_train_timesteps = 1000;
-  std::string prediction_type = "epsilon";  // "epsilon" | "v_prediction"
+  PredictionType prediction_type = PredictionType::kEpsilon;
   int64_t log_every = 1;
   // Data-parallel gradient buckets (worker/dist).
   double bucket_cap_mb = 25;
-  std::string bucket_dtype = "fp32";  // "fp32" | "bf16"
+  BucketDtype bucket_dtype = BucketDtype::kFp32;
 };
 
 struct CheckpointSpec {
@@ -150,7 +201,7 @@ struct ResourceSpec {
 
 struct JobSpec {
   std::string name = "job";
-  std::string kind = "train";  // "train" | "preprocess" (videos → latent cache)
+  JobKind kind = JobKind::kTrain;  // preprocess: videos → latent cache
   ModelSpec model;
   DataSpec data;
   PreprocessSpec preprocess;

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "common/job_spec.h"
+
 namespace adctl::compat {
 
 constexpr bool kHasScaledDotProductAttention = TORCH_VERSION_MAJOR >= 2;
@@ -61,10 +63,10 @@ inline torch::Device ComputeDevice() {
   return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
 }
 
-// train.precision on `device`: "auto" is bf16 on a GPU and fp32 on the CPU.
-inline torch::ScalarType ComputeDtype(const std::string& precision, const torch::Device& device) {
-  const std::string p = precision == "auto" ? (device.is_cuda() ? "bf16" : "fp32") : precision;
-  return p == "bf16" ? torch::kBFloat16 : torch::kFloat;
+// train.precision on `device` (ResolvePrecision: "auto" is bf16 on a GPU, fp32 on the CPU).
+inline torch::ScalarType ComputeDtype(Precision precision, const torch::Device& device) {
+  return ResolvePrecision(precision, device.is_cuda()) == Precision::kBf16 ? torch::kBFloat16
+                                                                           : torch::kFloat;
 }
 
 }  // namespace adctl::compat

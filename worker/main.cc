@@ -151,7 +151,7 @@ int Train(const TrainArgs& a) {
   o.stop_flag = &g_stop;
   spdlog::info("rank {}/{} job {} attempt {} dir {}", o.rank, o.world_size, job_id, o.attempt,
                o.job_dir);
-  const int rc = o.spec.kind == "preprocess" ? RunPreprocess(o) : RunTrainer(o);
+  const int rc = o.spec.kind == JobKind::kPreprocess ? RunPreprocess(o) : RunTrainer(o);
   if (client != nullptr && !client->Flush(std::chrono::seconds(10))) {
     spdlog::warn("coordinator {}: not every report was delivered before exit", coordinator);
   }

@@ -1,6 +1,10 @@
 #include "server/api/convert.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
+
+#include <type_traits>
 
 namespace adctl {
 
@@ -70,39 +74,36 @@ void EventToProto(const EventRecord& e, v1::Event* out) {
   out->set_message(e.message);
 }
 
+// The MetricPoint field of one ForEachMetricValue entry (same name; checked by convert_test).
+static const google::protobuf::FieldDescriptor* MetricField(const char* name) {
+  return v1::MetricPoint::descriptor()->FindFieldByName(name);
+}
+
 void MetricToProto(const MetricRecord& m, v1::MetricPoint* out) {
   out->set_job_id(m.job_id);
   out->set_attempt(m.attempt);
   out->set_rank(m.rank);
-  out->set_step(m.step);
-  out->set_total_steps(m.total_steps);
-  out->set_time(m.time);
-  out->set_loss(m.loss);
-  out->set_learning_rate(m.learning_rate);
-  out->set_grad_norm(m.grad_norm);
-  out->set_step_seconds(m.step_seconds);
-  out->set_data_wait_seconds(m.data_wait_seconds);
-  out->set_allreduce_exposed_seconds(m.allreduce_exposed_seconds);
-  out->set_clips_per_second(m.clips_per_second);
-  out->set_samples_seen(m.samples_seen);
-  out->set_peak_memory_bytes(m.peak_memory_bytes);
+  const google::protobuf::Reflection* reflection = out->GetReflection();
+  ForEachMetricValue(m, [&](const char* name, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
+      reflection->SetDouble(out, MetricField(name), v);
+    } else {
+      reflection->SetInt64(out, MetricField(name), v);
+    }
+  });
   out->set_eta_seconds(EtaSeconds(m.step, m.total_steps, m.step_seconds));
 }
 
 MetricRecord MetricFromProto(const v1::MetricPoint& p) {
   MetricRecord m;
-  m.step = p.step();
-  m.total_steps = p.total_steps();
-  m.time = p.time();
-  m.loss = p.loss();
-  m.learning_rate = p.learning_rate();
-  m.grad_norm = p.grad_norm();
-  m.step_seconds = p.step_seconds();
-  m.data_wait_seconds = p.data_wait_seconds();
-  m.allreduce_exposed_seconds = p.allreduce_exposed_seconds();
-  m.clips_per_second = p.clips_per_second();
-  m.samples_seen = p.samples_seen();
-  m.peak_memory_bytes = p.peak_memory_bytes();
+  const google::protobuf::Reflection* reflection = p.GetReflection();
+  ForEachMetricValue(m, [&](const char* name, auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
+      v = reflection->GetDouble(p, MetricField(name));
+    } else {
+      v = reflection->GetInt64(p, MetricField(name));
+    }
+  });
   return m;
 }
 

@@ -5,7 +5,6 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/job_layout.h"
-#include "common/job_spec.h"
 
 namespace adctl {
 
@@ -24,8 +23,19 @@ Result<JobView> JobQueries::GetJob(const std::string& job_id, bool with_ranks) c
   if (!job.ok()) return job.status();
   JobView view;
   view.job = std::move(job.value());
-  view.wait_reason = supervisor_->WaitReason(job_id);
-  if (with_ranks) view.ranks = supervisor_->LiveRanks(job_id, &view.rank_alive);
+  view.wait_reason = supervisor_->monitor().WaitReason(job_id);
+  if (with_ranks && view.job.attempt > 0) {
+    auto ranks = store_->ListRanks(job_id, view.job.attempt);
+    if (ranks.ok()) {
+      const std::map<int, bool> watched =
+          supervisor_->monitor().RanksAlive(job_id, view.job.attempt);
+      for (const RankRecord& r : ranks.value()) {
+        auto it = watched.find(r.rank);
+        view.rank_alive[r.rank] = it != watched.end() && it->second;
+      }
+      view.ranks = std::move(ranks.value());
+    }
+  }
   return view;
 }
 
@@ -36,7 +46,7 @@ Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& s
   std::vector<JobView> views;
   for (JobRecord& j : jobs.value()) {
     JobView view;
-    view.wait_reason = supervisor_->WaitReason(j.id);
+    view.wait_reason = supervisor_->monitor().WaitReason(j.id);
     view.job = std::move(j);
     views.push_back(std::move(view));
   }
@@ -63,10 +73,6 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
   ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  std::string spec_checkpoint_dir;
-  if (auto spec = ParseJobSpec(job->spec_yaml); spec.ok()) {
-    spec_checkpoint_dir = spec->checkpoint.dir;
-  }
   std::map<int64_t, CheckpointView> by_step;
   if (auto reported = store_->ListCheckpoints(job_id); reported.ok()) {
     for (const CheckpointRecord& c : reported.value()) {
@@ -78,7 +84,7 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
       out.attempt = c.attempt;
     }
   }
-  auto on_disk = adctl::ListCheckpoints(JobLayout(job->job_dir).checkpoints(spec_checkpoint_dir));
+  auto on_disk = adctl::ListCheckpoints(JobLayout(job->job_dir).checkpoints(job->checkpoint_dir));
   if (on_disk.ok()) {
     for (const CheckpointInfo& c : on_disk.value()) {
       CheckpointView& out = by_step[c.step];

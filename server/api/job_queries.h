@@ -1,7 +1,7 @@
 // The read side of the JobService and the HTTP JSON API: jobs, events, metrics, checkpoints,
 // rank logs and devices, as store records. The gRPC and HTTP handlers validate their request,
 // call this class and convert the answer (server/api/convert.h); none of them touches the
-// Store or the job directory. Thread-safe (the Store and the Supervisor are).
+// Store or the job directory. Thread-safe (the Store and the AttemptMonitor are).
 #pragma once
 
 #include <cstdint>
@@ -72,7 +72,7 @@ class JobQueries {
   LogRead ReadRankLog(const JobRecord& job, int attempt, int rank, int64_t offset,
                       size_t max_bytes) const;
   std::string RankLogPath(const JobRecord& job, int attempt, int rank) const;
-  std::vector<DeviceStatus> Devices() const { return supervisor_->Devices(); }
+  std::vector<DeviceStatus> Devices() const { return supervisor_->monitor().Devices(); }
 
   // A cursor that starts now: events after `after_event_id`, metrics from now on.
   Result<WatchCursor> StartWatch(const std::string& job_id, int64_t after_event_id) const;
@@ -80,7 +80,7 @@ class JobQueries {
   Result<WatchBatch> Watch(const std::string& job_id, WatchCursor* cursor) const;
   // Blocks until something changed after `*version` or `timeout_ms` passed.
   void WaitForChange(uint64_t* version, int timeout_ms) const {
-    supervisor_->WaitForChange(version, timeout_ms);
+    supervisor_->changes().WaitForChange(version, timeout_ms);
   }
 
  private:

@@ -42,6 +42,13 @@ Result<v1::Job> JobServiceImpl::LoadJob(const std::string& job_id, bool with_ran
   return out;
 }
 
+// The answer of a command on one job (cancel, pause, resume).
+static grpc::Status JobReply(const Result<JobRecord>& job, v1::Job* resp) {
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  JobToProto(job.value(), "", resp);
+  return grpc::Status::OK;
+}
+
 // Cancel and Pause: an optional grace period, >= 0.
 static Result<std::optional<double>> GracePeriod(bool has_grace, double grace_seconds) {
   if (!has_grace) return std::optional<double>();
@@ -61,9 +68,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   if (req->has_gpus()) r.gpus = req->gpus();
   if (req->has_priority()) r.priority = req->priority();
   r.submission_id = req->submission_id();
-  auto submitted = supervisor_->Submit(r);
+  auto submitted = jobs_->Submit(r);
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
-  JobToProto(submitted->first, supervisor_->WaitReason(submitted->first.id), resp->mutable_job());
+  JobToProto(submitted->first, jobs_->WaitReason(submitted->first.id), resp->mutable_job());
   resp->set_created(submitted->second);
   return grpc::Status::OK;
 }
@@ -114,10 +121,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
   if (!grace.ok()) return ToGrpcStatus(grace.status());
-  auto job = supervisor_->Cancel(req->job_id(), *grace, req->force());
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  JobToProto(job.value(), "", resp);
-  return grpc::Status::OK;
+  return JobReply(jobs_->Cancel(req->job_id(), *grace, req->force()), resp);
 }
 
 grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJobRequest* req,
@@ -126,10 +130,7 @@ grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJ
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
   if (!grace.ok()) return ToGrpcStatus(grace.status());
-  auto job = supervisor_->Pause(req->job_id(), *grace);
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  JobToProto(job.value(), "", resp);
-  return grpc::Status::OK;
+  return JobReply(jobs_->Pause(req->job_id(), *grace), resp);
 }
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
@@ -138,10 +139,7 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<int> gpus;
   if (req->has_gpus()) gpus = req->gpus();
-  auto job = supervisor_->Resume(req->job_id(), gpus);
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  JobToProto(job.value(), "", resp);
-  return grpc::Status::OK;
+  return JobReply(jobs_->Resume(req->job_id(), gpus), resp);
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,

@@ -1,4 +1,4 @@
-// adctl.v1.JobService: validate, call (the Supervisor for commands, JobQueries for reads),
+// adctl.v1.JobService: validate, call (JobManager for commands, JobQueries for reads),
 // convert (server/api/convert.h). Thread-safe (stateless apart from the constant token).
 #pragma once
 
@@ -6,15 +6,15 @@
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "server/api/job_queries.h"
-#include "server/supervisor/supervisor.h"
+#include "server/supervisor/job_manager.h"
 
 namespace adctl {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `user_token`: when non-empty, every call must carry `authorization: Bearer <user_token>`.
-  JobServiceImpl(Supervisor* supervisor, const JobQueries* queries, std::string user_token)
-      : supervisor_(supervisor), queries_(queries), user_token_(std::move(user_token)) {}
+  JobServiceImpl(JobManager* jobs, const JobQueries* queries, std::string user_token)
+      : jobs_(jobs), queries_(queries), user_token_(std::move(user_token)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -43,7 +43,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   Status CheckToken(grpc::ServerContext* ctx) const;
   Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks) const;
 
-  Supervisor* const supervisor_;
+  JobManager* const jobs_;
   const JobQueries* const queries_;
   const std::string user_token_;
 };

@@ -10,17 +10,17 @@ Status WorkerServiceImpl::Check(grpc::ServerContext* ctx, const v1::RankRef& ref
   if (ref.job_id().empty()) return InvalidArgument("ref.job_id: required");
   if (ref.attempt() < 1) return InvalidArgument("ref.attempt: must be >= 1");
   if (ref.rank() < 0) return InvalidArgument("ref.rank: must be >= 0");
-  return supervisor_->Authorize(ref.job_id(), BearerToken(ctx));
+  return hub_->Authorize(ref.job_id(), BearerToken(ctx));
 }
 
 grpc::Status WorkerServiceImpl::RegisterRank(grpc::ServerContext* ctx,
                                              const v1::RegisterRankRequest* req,
                                              v1::RegisterRankResponse* resp) {
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
-  ADCTL_GRPC_RETURN_IF_ERROR(supervisor_->RegisterRank(req->ref().job_id(), req->ref().attempt(),
-                                                       req->ref().rank(), req->world_size(),
-                                                       req->pid(), req->host()));
-  resp->set_heartbeat_interval_ms(supervisor_->heartbeat_interval_ms());
+  ADCTL_GRPC_RETURN_IF_ERROR(hub_->RegisterRank(req->ref().job_id(), req->ref().attempt(),
+                                                req->ref().rank(), req->world_size(), req->pid(),
+                                                req->host()));
+  resp->set_heartbeat_interval_ms(hub_->heartbeat_interval_ms());
   return grpc::Status::OK;
 }
 
@@ -29,7 +29,7 @@ grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetR
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
   if (req->key().empty()) return ToGrpcStatus(InvalidArgument("key: required"));
   return ToGrpcStatus(
-      supervisor_->KvSet(req->ref().job_id(), req->ref().attempt(), req->key(), req->value()));
+      hub_->KvSet(req->ref().job_id(), req->ref().attempt(), req->key(), req->value()));
 }
 
 grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
@@ -37,7 +37,7 @@ grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetR
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
   if (req->key().empty()) return ToGrpcStatus(InvalidArgument("key: required"));
   auto value =
-      supervisor_->KvGet(req->ref().job_id(), req->ref().attempt(), req->key(), req->timeout_ms());
+      hub_->KvGet(req->ref().job_id(), req->ref().attempt(), req->key(), req->timeout_ms());
   if (!value.ok()) return ToGrpcStatus(value.status());
   resp->set_found(value->has_value());
   if (value->has_value()) resp->set_value(**value);
@@ -47,8 +47,8 @@ grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetR
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
-  auto stop = supervisor_->Heartbeat(req->ref().job_id(), req->ref().attempt(), req->ref().rank(),
-                                     req->step(), req->pid());
+  auto stop =
+      hub_->Heartbeat(req->ref().job_id(), req->ref().attempt(), req->ref().rank(), req->pid());
   if (!stop.ok()) return ToGrpcStatus(stop.status());
   resp->set_stop(stop->first);
   resp->set_reason(stop->second);
@@ -61,8 +61,8 @@ grpc::Status WorkerServiceImpl::ReportMetrics(grpc::ServerContext* ctx,
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
   std::vector<MetricRecord> points;
   for (const auto& p : req->points()) points.push_back(MetricFromProto(p));
-  return ToGrpcStatus(supervisor_->ReportMetrics(req->ref().job_id(), req->ref().attempt(),
-                                                 req->ref().rank(), std::move(points)));
+  return ToGrpcStatus(hub_->ReportMetrics(req->ref().job_id(), req->ref().attempt(),
+                                          req->ref().rank(), std::move(points)));
 }
 
 grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
@@ -74,8 +74,8 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
     Status st;
     switch (e.kind()) {
       case v1::WorkerEvent::KIND_TRAINING_STARTED:
-        st = supervisor_->ReportTrainingStarted(ref.job_id(), ref.attempt(), ref.rank(),
-                                                e.resumed_from_step(), e.total_steps());
+        st = hub_->ReportTrainingStarted(ref.job_id(), ref.attempt(), ref.rank(),
+                                         e.resumed_from_step(), e.total_steps());
         break;
       case v1::WorkerEvent::KIND_CHECKPOINT: {
         CheckpointRecord c;
@@ -84,12 +84,12 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
         c.size_bytes = e.checkpoint().size_bytes();
         c.save_seconds = e.checkpoint().save_seconds();
         c.created_at = e.time();
-        st = supervisor_->ReportCheckpoint(ref.job_id(), ref.attempt(), ref.rank(), c);
+        st = hub_->ReportCheckpoint(ref.job_id(), ref.attempt(), ref.rank(), c);
         break;
       }
       default:
-        st = supervisor_->ReportWorkerEvent(ref.job_id(), ref.attempt(), ref.rank(), e.level(),
-                                            e.message());
+        st = hub_->ReportWorkerEvent(ref.job_id(), ref.attempt(), ref.rank(), e.level(),
+                                     e.message());
         break;
     }
     ADCTL_GRPC_RETURN_IF_ERROR(st);

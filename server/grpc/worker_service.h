@@ -1,15 +1,15 @@
-// adctl.v1.WorkerService over the Supervisor: the calls adworker ranks make. Every call is
+// adctl.v1.WorkerService over the WorkerHub: the calls adworker ranks make. Every call is
 // checked against the job's per-job token. Thread-safe (stateless).
 #pragma once
 
 #include "adctl/v1/worker_service.grpc.pb.h"
-#include "server/supervisor/supervisor.h"
+#include "server/supervisor/worker_hub.h"
 
 namespace adctl {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(Supervisor* supervisor) : supervisor_(supervisor) {}
+  explicit WorkerServiceImpl(WorkerHub* hub) : hub_(hub) {}
 
   grpc::Status RegisterRank(grpc::ServerContext* ctx, const v1::RegisterRankRequest* req,
                             v1::RegisterRankResponse* resp) override;
@@ -27,7 +27,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  private:
   Status Check(grpc::ServerContext* ctx, const v1::RankRef& ref);
 
-  Supervisor* const supervisor_;
+  WorkerHub* const hub_;
 };
 
 }  // namespace adctl

@@ -194,6 +194,34 @@ Result<LaunchedRank> LocalLauncher::Launch(const RankLaunch& launch) {
 
 Status LocalLauncher::Signal(pid_t pgid, int signal) { return SignalProcessGroup(pgid, signal); }
 
+std::vector<EndedRank> LocalLauncher::Reap() {
+  std::vector<EndedRank> out;
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    EndedRank ended;
+    ended.pgid = pid;
+    if (WIFSIGNALED(status)) {
+      ended.exit = ExitStatus{0, WTERMSIG(status)};  // the shepherd itself was killed
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) < 128) {
+      ended.exit = ExitStatus{WEXITSTATUS(status), 0};
+    }  // >= 128: the shepherd's copy of a signal; only the exit file says which
+    out.push_back(ended);
+  }
+  return out;
+}
+
+bool LocalLauncher::Alive(pid_t pgid, uint64_t start_time) {
+  return ProcessAlive(pgid, start_time);
+}
+
+bool LocalLauncher::GroupExists(pid_t pgid) { return ProcessGroupExists(pgid); }
+
+Result<ExitStatus> LocalLauncher::ReadExit(const std::string& exit_path) {
+  return ReadExitFile(exit_path);
+}
+
 Result<std::string> ResolveWorkerBinary(const std::string& explicit_path) {
   if (!explicit_path.empty()) {
     std::error_code ec;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <sstream>
+#include <type_traits>
 
 namespace adctl {
 
@@ -129,6 +130,11 @@ CREATE TABLE kv (
   PRIMARY KEY (job_id, attempt, key)
 );
 )sql",
+    // 2: the spec fields the coordinator needs after submit, so it never re-parses the spec.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN hang_timeout_seconds REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -245,7 +251,7 @@ const char kJobColumns[] =
     "id, seq, name, submission_id, spec_yaml, token, job_dir, state, gpus, priority, attempt, "
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
-    "progress_updated_at";
+    "progress_updated_at, hang_timeout_seconds, checkpoint_dir";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -275,6 +281,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.progress.step_seconds = s.Double(23);
   j.progress.last_checkpoint_step = s.Int(24);
   j.progress.updated_at = s.Double(25);
+  j.hang_timeout_seconds = s.Double(26);
+  j.checkpoint_dir = s.Text(27);
   return j;
 }
 
@@ -354,8 +362,9 @@ Status Store::InsertJob(const JobRecord& j) {
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   Stmt s(db_,
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
-         "priority, max_restarts, grace_seconds, submitted_at, message, total_steps) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "priority, max_restarts, grace_seconds, submitted_at, message, total_steps, "
+         "hang_timeout_seconds, checkpoint_dir) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -366,6 +375,7 @@ Status Store::InsertJob(const JobRecord& j) {
   s.Bind(j.spec_yaml).Bind(j.token).Bind(j.job_dir).Bind(static_cast<int>(j.state));
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
+  s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir);
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;
@@ -670,18 +680,21 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
   std::lock_guard<std::mutex> lock(mu_);
   Txn txn(db_);
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  // A re-sent batch (client retry after a lost reply) must not duplicate rows.
+  static const std::string insert = [] {
+    std::string columns = "job_id, attempt, rank", values = "?,?,?";
+    MetricRecord m;
+    ForEachMetricValue(m, [&](const char* name, auto&) {
+      columns += std::string(", ") + name;
+      values += ",?";
+    });
+    return "INSERT OR IGNORE INTO metrics (" + columns + ") VALUES (" + values + ")";
+  }();
   for (const MetricRecord& m : points) {
-    // A re-sent batch (client retry after a lost reply) must not duplicate rows.
-    Stmt s(db_,
-           "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, step, total_steps, time, loss, "
-           "learning_rate, grad_norm, step_seconds, data_wait_seconds, "
-           "allreduce_exposed_seconds, clips_per_second, samples_seen, peak_memory_bytes) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    Stmt s(db_, insert.c_str());
     ADCTL_RETURN_IF_ERROR(s.prepare_status());
-    s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank).Bind(m.step).Bind(m.total_steps).Bind(m.time);
-    s.Bind(m.loss).Bind(m.learning_rate).Bind(m.grad_norm).Bind(m.step_seconds);
-    s.Bind(m.data_wait_seconds).Bind(m.allreduce_exposed_seconds).Bind(m.clips_per_second);
-    s.Bind(m.samples_seen).Bind(m.peak_memory_bytes);
+    s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank);
+    ForEachMetricValue(m, [&](const char*, const auto& v) { s.Bind(v); });
     ADCTL_RETURN_IF_ERROR(s.Run());
     if (m.rank == 0) {
       Stmt p(db_,
@@ -699,10 +712,10 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
 Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, int64_t after_id,
                                                      std::optional<int> rank, int limit) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string sql =
-      "SELECT id, attempt, rank, step, total_steps, time, loss, learning_rate, grad_norm, "
-      "step_seconds, data_wait_seconds, allreduce_exposed_seconds, clips_per_second, "
-      "samples_seen, peak_memory_bytes FROM metrics WHERE job_id=? AND id>?";
+  std::string sql = "SELECT id, attempt, rank";
+  MetricRecord columns;
+  ForEachMetricValue(columns, [&](const char* name, auto&) { sql += std::string(", ") + name; });
+  sql += " FROM metrics WHERE job_id=? AND id>?";
   if (rank) sql += " AND rank=?";
   sql += " ORDER BY id LIMIT ?";
   Stmt s(db_, sql.c_str());
@@ -719,18 +732,14 @@ Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, 
     m.job_id = job_id;
     m.attempt = static_cast<int>(s.Int(1));
     m.rank = static_cast<int>(s.Int(2));
-    m.step = s.Int(3);
-    m.total_steps = s.Int(4);
-    m.time = s.Double(5);
-    m.loss = s.Double(6);
-    m.learning_rate = s.Double(7);
-    m.grad_norm = s.Double(8);
-    m.step_seconds = s.Double(9);
-    m.data_wait_seconds = s.Double(10);
-    m.allreduce_exposed_seconds = s.Double(11);
-    m.clips_per_second = s.Double(12);
-    m.samples_seen = s.Int(13);
-    m.peak_memory_bytes = s.Int(14);
+    int column = 3;
+    ForEachMetricValue(m, [&](const char*, auto& v) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
+        v = s.Double(column++);
+      } else {
+        v = s.Int(column++);
+      }
+    });
     out.push_back(m);
   }
   return out;

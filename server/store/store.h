@@ -47,6 +47,9 @@ struct JobRecord {
   int restarts = 0;
   int max_restarts = 0;
   double grace_seconds = 60;
+  // From the spec, kept so that nothing after submit parses it again.
+  double hang_timeout_seconds = 0;  // resources.hang_timeout_seconds
+  std::string checkpoint_dir;       // checkpoint.dir ("" = <job dir>/checkpoints)
   double submitted_at = 0;
   double started_at = 0;
   double finished_at = 0;
@@ -110,6 +113,27 @@ struct MetricRecord {
   int64_t samples_seen = 0;
   int64_t peak_memory_bytes = 0;
 };
+
+// The measured values of one metric point, listed once: the store's columns and the conversion
+// to and from v1::MetricPoint (server/api/convert.cc, by field name) come from this list, and a
+// test checks it against the proto. Adding a metric: the MetricPoint field, a member above, a
+// line here and a migration adding its column; then its uses (the worker's report, Prometheus,
+// the CLI).
+template <typename Record, typename F>
+void ForEachMetricValue(Record& m, F&& f) {
+  f("step", m.step);
+  f("total_steps", m.total_steps);
+  f("time", m.time);
+  f("loss", m.loss);
+  f("learning_rate", m.learning_rate);
+  f("grad_norm", m.grad_norm);
+  f("step_seconds", m.step_seconds);
+  f("data_wait_seconds", m.data_wait_seconds);
+  f("allreduce_exposed_seconds", m.allreduce_exposed_seconds);
+  f("clips_per_second", m.clips_per_second);
+  f("samples_seen", m.samples_seen);
+  f("peak_memory_bytes", m.peak_memory_bytes);
+}
 
 struct CheckpointRecord {
   std::string job_id;

@@ -34,7 +34,7 @@ TEST(JobSpecTest, ParsesSectionsAndBetasList) {
   Result<JobSpec> spec = ParseJobSpec(kTiny);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->name, "tiny-test");
-  EXPECT_EQ(spec->model.preset, "tiny");
+  EXPECT_EQ(spec->model.preset, ModelPreset::kTiny);
   EXPECT_EQ(spec->train.max_steps, 5);
   EXPECT_DOUBLE_EQ(spec->train.lr, 3e-4);
   EXPECT_DOUBLE_EQ(spec->train.beta1, 0.8);
@@ -43,7 +43,7 @@ TEST(JobSpecTest, ParsesSectionsAndBetasList) {
   EXPECT_EQ(spec->data.height, 16);
   EXPECT_EQ(spec->checkpoint.keep_last, 3);
   EXPECT_TRUE(spec->checkpoint.enabled);
-  EXPECT_EQ(spec->train.attention, "auto");
+  EXPECT_EQ(spec->train.attention, AttentionKernel::kAuto);
   EXPECT_EQ(spec->GlobalBatch(), 1);
 }
 
@@ -117,7 +117,7 @@ TEST(JobSpecTest, Overrides) {
   Result<JobSpec> no_preset =
       ParseJobSpec(kTiny, {"model.preset=", "model.unet_motion=/models/um"});
   ASSERT_TRUE(no_preset.ok()) << no_preset.status().ToString();
-  EXPECT_EQ(no_preset->model.preset, "");
+  EXPECT_EQ(no_preset->model.preset, ModelPreset::kNone);
   EXPECT_EQ(no_preset->model.unet_motion, "/models/um");
 
   // Into an empty document.
@@ -253,13 +253,13 @@ resources:
 TEST(JobSpecTest, YamlRoundTrip) {
   JobSpec s;
   s.name = "round.trip_1";
-  s.model.preset = "";
+  s.model.preset = ModelPreset::kNone;
   s.model.unet2d = "/a path/with \"quotes\" and \\ backslash";
   s.model.motion_adapter = "null";  // must stay a string
   s.model.motion_module_file = "123";
   s.model.gradient_checkpointing = true;
-  s.model.motion_norm = "per_frame";
-  s.data.kind = "latents";
+  s.model.motion_norm = MotionNorm::kPerFrame;
+  s.data.kind = DataKind::kLatents;
   s.data.path = "yes";
   s.data.seed = 1234567890123;
   s.train.lr = 0.1 + 0.2;  // not exactly representable in short decimal
@@ -283,7 +283,7 @@ TEST(JobSpecTest, YamlRoundTrip) {
   EXPECT_EQ(JobSpecToYaml(back.value()), yaml);
 
   JobSpec defaults;
-  defaults.model.preset = "tiny";
+  defaults.model.preset = ModelPreset::kTiny;
   Result<JobSpec> back_defaults = ParseJobSpec(JobSpecToYaml(defaults));
   ASSERT_TRUE(back_defaults.ok());
   EXPECT_TRUE(back_defaults.value() == defaults);
@@ -308,7 +308,7 @@ export: {formats: [animatediff]}
   EXPECT_EQ(spec->validation.guidance, 8.0);
   EXPECT_TRUE(spec->validation.set_alpha_to_one);
   EXPECT_EQ(spec->exports.formats, (std::vector<std::string>{"animatediff"}));
-  EXPECT_EQ(spec->model.motion_norm, "per_frame");
+  EXPECT_EQ(spec->model.motion_norm, MotionNorm::kPerFrame);
   auto back = ParseJobSpec(JobSpecToYaml(*spec));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(*back == *spec);
@@ -338,6 +338,23 @@ export: {formats: [animatediff]}
     ASSERT_FALSE(bad.ok()) << c.yaml;
     EXPECT_THAT(bad.status().message(), HasSubstr(c.expected)) << c.yaml;
   }
+}
+
+TEST(JobSpecTest, EnumsParseToTypedValuesAndEmitTheirNames) {
+  Result<JobSpec> spec = ParseJobSpec(
+      kTiny, {"train.prediction_type=v_prediction", "train.beta_schedule=scaled_linear",
+              "train.precision=bf16", "model.motion_norm=across_frames"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->train.prediction_type, PredictionType::kVPrediction);
+  EXPECT_EQ(spec->train.beta_schedule, BetaSchedule::kScaledLinear);
+  EXPECT_EQ(ResolvePrecision(spec->train.precision, /*on_gpu=*/false), Precision::kBf16);
+  EXPECT_EQ(ResolvePrecision(Precision::kAuto, /*on_gpu=*/true), Precision::kBf16);
+  EXPECT_EQ(ResolvePrecision(Precision::kAuto, /*on_gpu=*/false), Precision::kFp32);
+  EXPECT_EQ(spec->model.motion_norm, MotionNorm::kAcrossFrames);
+  const std::string yaml = JobSpecToYaml(spec.value());
+  EXPECT_THAT(yaml, HasSubstr("prediction_type: \"v_prediction\""));
+  EXPECT_THAT(yaml, HasSubstr("beta_schedule: \"scaled_linear\""));
+  EXPECT_EQ(Name(DataKind::kLatents), "latents");
 }
 
 TEST(JobSpecTest, CanonicalYamlHasEveryField) {

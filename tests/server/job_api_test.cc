@@ -40,7 +40,7 @@ class JobApiTest : public ::testing::Test {
     o.devices = CpuSlots(1);
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
-    service_ = std::make_unique<JobServiceImpl>(supervisor_.get(), queries_.get(), "s3cret");
+    service_ = std::make_unique<JobServiceImpl>(&supervisor_->jobs(), queries_.get(), "s3cret");
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());

@@ -30,7 +30,7 @@ class JobQueriesTest : public ::testing::Test {
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
     SubmitRequest r;
     r.spec_yaml = "name: q\nmodel: {preset: tiny}\nresources: {gpus: 2}\n";
-    auto job = supervisor_->Submit(r);
+    auto job = supervisor_->jobs().Submit(r);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     job_ = job->first;
   }
@@ -120,7 +120,7 @@ TEST_F(JobQueriesTest, WatchDeliversEachEventOnce) {
   auto second = queries_->Watch(job_.id, &cursor.value());
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->events.empty());
-  ASSERT_TRUE(supervisor_->Cancel(job_.id, std::nullopt, false).ok());
+  ASSERT_TRUE(supervisor_->jobs().Cancel(job_.id, std::nullopt, false).ok());
   auto third = queries_->Watch(job_.id, &cursor.value());
   ASSERT_TRUE(third.ok());
   EXPECT_FALSE(third->events.empty());

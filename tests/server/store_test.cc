@@ -52,7 +52,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 1);
+  EXPECT_EQ(store_->schema_version(), 2);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
@@ -66,6 +66,37 @@ TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
   r.job_id = "nope";
   r.attempt = 1;
   EXPECT_FALSE(store_->UpsertRank(r).ok());
+}
+
+TEST_F(StoreTest, KeepsTheSpecFieldsTheCoordinatorNeeds) {
+  JobRecord j = NewJob("j-spec");
+  j.hang_timeout_seconds = 90;
+  j.checkpoint_dir = "/ckpt/here";
+  ASSERT_TRUE(store_->InsertJob(j).ok());
+  auto job = store_->GetJob("j-spec");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->hang_timeout_seconds, 90);
+  EXPECT_EQ(job->checkpoint_dir, "/ckpt/here");
+}
+
+TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
+                         "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
+                         "PRAGMA user_version=1;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto reopened = Store::Open(path_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  store_ = std::move(reopened.value());
+  EXPECT_EQ(store_->schema_version(), 2);
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
+  EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
 }
 
 TEST_F(StoreTest, InsertGetAndUnknownId) {

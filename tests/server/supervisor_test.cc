@@ -52,7 +52,7 @@ class SupervisorTest : public ::testing::Test {
     SubmitRequest r;
     r.spec_yaml = yaml;
     r.submission_id = submission_id;
-    auto job = supervisor_->Submit(r);
+    auto job = supervisor_->jobs().Submit(r);
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     return job.ok() ? job->first.id : "";
   }
@@ -128,13 +128,13 @@ TEST_F(SupervisorTest, CancelSigkillsAfterTheGracePeriod) {
   std::string id = Submit(Spec("stubborn", 2, 0, /*grace=*/0.5));
   WaitFor(id, JobState::kStarting);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto c = supervisor_->Cancel(id, std::nullopt, false);
+  auto c = supervisor_->jobs().Cancel(id, std::nullopt, false);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->state, JobState::kCancelling);
   JobRecord job = WaitFor(id, JobState::kCancelled);
   EXPECT_TRUE(NoProcessLeft(id));
   EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_signal, SIGKILL);
-  EXPECT_EQ(supervisor_->Cancel(id, std::nullopt, false).status().code(),
+  EXPECT_EQ(supervisor_->jobs().Cancel(id, std::nullopt, false).status().code(),
             StatusCode::kFailedPrecondition);
 }
 
@@ -142,15 +142,16 @@ TEST_F(SupervisorTest, PauseThenResumeStartsANewAttempt) {
   std::string id = Submit(Spec("sleep", 1));
   WaitFor(id, JobState::kStarting);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ASSERT_TRUE(supervisor_->Pause(id, std::nullopt).ok());
+  ASSERT_TRUE(supervisor_->jobs().Pause(id, std::nullopt).ok());
   JobRecord paused = WaitFor(id, JobState::kPaused);
   EXPECT_TRUE(NoProcessLeft(id));
   EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_code, 75);
-  EXPECT_EQ(supervisor_->Pause(id, std::nullopt).status().code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(supervisor_->Resume(id, std::nullopt).ok());
+  EXPECT_EQ(supervisor_->jobs().Pause(id, std::nullopt).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(supervisor_->jobs().Resume(id, std::nullopt).ok());
   JobRecord resumed = WaitFor(id, JobState::kStarting);
   EXPECT_EQ(resumed.attempt, 2);
-  ASSERT_TRUE(supervisor_->Cancel(id, std::nullopt, /*force=*/true).ok());
+  ASSERT_TRUE(supervisor_->jobs().Cancel(id, std::nullopt, /*force=*/true).ok());
   WaitFor(id, JobState::kCancelled);
   EXPECT_TRUE(NoProcessLeft(id));
 }
@@ -159,17 +160,17 @@ TEST_F(SupervisorTest, ResumeOnADifferentRankCountKeepsTheGlobalBatch) {
   supervisor_.reset();
   StartSupervisor(4);
   std::string id = Submit(Spec("sleep", 2, 0, 5, /*grad_accum=*/3));  // global batch 6
-  ASSERT_TRUE(supervisor_->Pause(id, std::nullopt).ok());  // pauses while queued or starting
+  ASSERT_TRUE(supervisor_->jobs().Pause(id, std::nullopt).ok());  // pauses while queued or starting
   WaitFor(id, JobState::kPaused);
-  auto bad = supervisor_->Resume(id, 4);
+  auto bad = supervisor_->jobs().Resume(id, 4);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("not a multiple"), std::string::npos)
       << bad.status().message();
-  auto ok = supervisor_->Resume(id, 1);
+  auto ok = supervisor_->jobs().Resume(id, 1);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->gpus, 1);
   EXPECT_NE(ok->spec_yaml.find("grad_accum: 6"), std::string::npos) << ok->spec_yaml;
-  supervisor_->Cancel(id, std::nullopt, true);
+  supervisor_->jobs().Cancel(id, std::nullopt, true);
   WaitFor(id, JobState::kCancelled);
 }
 
@@ -179,8 +180,8 @@ TEST_F(SupervisorTest, QueuedJobSaysWhyItWaits) {
   std::string b = Submit(Spec("ok", 1));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(store_->GetJob(b)->state, JobState::kQueued);
-  EXPECT_EQ(supervisor_->WaitReason(b), "waiting for 1 CPU slot: 0 free, in use by " + a);
-  supervisor_->Cancel(a, std::nullopt, false);
+  EXPECT_EQ(supervisor_->jobs().WaitReason(b), "waiting for 1 CPU slot: 0 free, in use by " + a);
+  supervisor_->jobs().Cancel(a, std::nullopt, false);
   WaitFor(b, JobState::kSucceeded);
 }
 
@@ -191,19 +192,19 @@ TEST_F(SupervisorTest, SubmissionIdMakesSubmitIdempotent) {
   SubmitRequest other;
   other.spec_yaml = Spec("ok", 1);
   other.submission_id = "ci-1";
-  EXPECT_EQ(supervisor_->Submit(other).status().code(), StatusCode::kAlreadyExists);
-  supervisor_->Cancel(a, std::nullopt, true);
+  EXPECT_EQ(supervisor_->jobs().Submit(other).status().code(), StatusCode::kAlreadyExists);
+  supervisor_->jobs().Cancel(a, std::nullopt, true);
   WaitFor(a, JobState::kCancelled);
 }
 
 TEST_F(SupervisorTest, RejectsBadSpecsWithTheFieldName) {
   SubmitRequest r;
   r.spec_yaml = Spec("ok", 3);  // 2 slots
-  auto too_big = supervisor_->Submit(r);
+  auto too_big = supervisor_->jobs().Submit(r);
   EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(too_big.status().message().find("resources.gpus"), std::string::npos);
   r.spec_yaml = "name: x\nmodel: {preset: tiny}\ntrain: {max_steps: -1}\n";
-  auto bad = supervisor_->Submit(r);
+  auto bad = supervisor_->jobs().Submit(r);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("train.max_steps"), std::string::npos)
       << bad.status().message();
@@ -220,7 +221,7 @@ TEST_F(SupervisorTest, RestartedSupervisorReattachesLiveRanks) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(store_->GetJob(id)->state, JobState::kStarting);  // re-attached, not restarted
   EXPECT_EQ(store_->GetJob(id)->attempt, 1);
-  ASSERT_TRUE(supervisor_->Cancel(id, std::nullopt, false).ok());
+  ASSERT_TRUE(supervisor_->jobs().Cancel(id, std::nullopt, false).ok());
   WaitFor(id, JobState::kCancelled);
   EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_code, 75);  // read from the exit file
   EXPECT_TRUE(NoProcessLeft(id));
@@ -241,7 +242,7 @@ TEST_F(SupervisorTest, RankThatDiedWhileTheSupervisorWasAwayCountsAsAFailure) {
   }
   EXPECT_EQ(store_->GetJob(id)->attempt, 2);
   EXPECT_EQ(store_->GetJob(id)->restarts, 1);
-  supervisor_->Cancel(id, std::nullopt, true);
+  supervisor_->jobs().Cancel(id, std::nullopt, true);
   WaitFor(id, JobState::kCancelled);
 }
 
@@ -254,7 +255,7 @@ TEST_F(SupervisorTest, HangWatchdogRestartsAnAttemptWithoutProgress) {
   ASSERT_TRUE(store_->Transition(id, JobState::kStarting, JobState::kRunning, "started").ok());
   JobRecord job = WaitFor(id, JobState::kRestarting);
   EXPECT_NE(job.message.find("no training progress"), std::string::npos) << job.message;
-  supervisor_->Cancel(id, std::nullopt, true);
+  supervisor_->jobs().Cancel(id, std::nullopt, true);
   WaitFor(id, JobState::kCancelled);
 }
 

@@ -30,7 +30,7 @@ class WorkerApiTest : public ::testing::Test {
     o.heartbeat_interval_ms = 100;
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
     ASSERT_TRUE(supervisor_->Start().ok());
-    service_ = std::make_unique<WorkerServiceImpl>(supervisor_.get());
+    service_ = std::make_unique<WorkerServiceImpl>(&supervisor_->workers());
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -39,7 +39,7 @@ class WorkerApiTest : public ::testing::Test {
     // A running attempt whose ranks (the fake worker) just sleep; the test plays rank 0.
     SubmitRequest r;
     r.spec_yaml = "name: sleep\nmodel: {preset: tiny}\nresources: {gpus: 1, grace_seconds: 1}\n";
-    job_ = supervisor_->Submit(r)->first;
+    job_ = supervisor_->jobs().Submit(r)->first;
     for (int i = 0; i < 200 && store_->GetJob(job_.id)->attempt == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -47,7 +47,7 @@ class WorkerApiTest : public ::testing::Test {
     ASSERT_EQ(job_.attempt, 1);
   }
   void TearDown() override {
-    supervisor_->Cancel(job_.id, std::nullopt, true);
+    supervisor_->jobs().Cancel(job_.id, std::nullopt, true);
     for (int i = 0; i < 200 && !IsTerminal(store_->GetJob(job_.id)->state); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -128,7 +128,7 @@ TEST_F(WorkerApiTest, ReportsReachTheStoreAndPauseSetsTheStopFlag) {
   EXPECT_EQ(ranks[0].worker_pid, static_cast<int>(getpid()));
 
   EXPECT_FALSE(c.StopRequested());
-  ASSERT_TRUE(supervisor_->Pause(job_.id, std::nullopt).ok());
+  ASSERT_TRUE(supervisor_->jobs().Pause(job_.id, std::nullopt).ok());
   for (int i = 0; i < 100 && !c.StopRequested(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

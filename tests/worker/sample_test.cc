@@ -89,7 +89,7 @@ TEST(Optimizer, CosineScheduleFollowsDiffusers) {
   t.lr = 1.0;
   t.warmup_steps = 4;
   t.max_steps = 14;
-  t.lr_schedule = "cosine";
+  t.lr_schedule = LrSchedule::kCosine;
   EXPECT_EQ(LearningRate(t, 0), 0.0);
   EXPECT_DOUBLE_EQ(LearningRate(t, 2), 0.5);
   EXPECT_DOUBLE_EQ(LearningRate(t, 4), 1.0);

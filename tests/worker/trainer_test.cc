@@ -148,7 +148,7 @@ TEST_F(TrainerTest, LatentShardsTrainLikeTheSyntheticSource) {
   ASSERT_TRUE(WriteSyntheticShards(spec.data, 4, 32, (root_ / "shards").string(), 5).ok());
   RecordingReporter synthetic, shards;
   ASSERT_EQ(Train(spec, "s1", &synthetic), kExitOk);
-  spec.data.kind = "latents";
+  spec.data.kind = DataKind::kLatents;
   spec.data.path = (root_ / "shards").string();
   ASSERT_EQ(Train(spec, "s2", &shards), kExitOk);
   EXPECT_EQ(synthetic.losses, shards.losses);
@@ -157,7 +157,7 @@ TEST_F(TrainerTest, LatentShardsTrainLikeTheSyntheticSource) {
 TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {
   RecordingReporter r1;
   auto spec = Spec();
-  spec.data.kind = "latents";
+  spec.data.kind = DataKind::kLatents;
   spec.data.path = (root_ / "nowhere").string();
   EXPECT_EQ(Train(spec, "d", &r1), kExitDataError);
   ASSERT_FALSE(r1.events.empty());
@@ -165,7 +165,7 @@ TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {
 
   RecordingReporter r2;
   spec = Spec();
-  spec.model.preset = "";
+  spec.model.preset = ModelPreset::kNone;
   spec.model.unet2d = (root_ / "no-unet").string();
   EXPECT_EQ(Train(spec, "m", &r2), kExitModelError);
   ASSERT_FALSE(r2.events.empty());

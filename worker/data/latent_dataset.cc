@@ -216,11 +216,11 @@ class ShardDataset : public LatentDataset {
 
 Result<std::unique_ptr<LatentDataset>> OpenLatentDataset(const DataSpec& spec, int64_t channels,
                                                          int64_t text_dim) {
-  if (spec.kind == "synthetic") {
+  if (spec.kind == DataKind::kSynthetic) {
     return std::unique_ptr<LatentDataset>(new SyntheticDataset(spec, channels, text_dim));
   }
-  if (spec.kind == "latents") return ShardDataset::Open(spec.path, channels, text_dim);
-  return InvalidArgument("data.kind: unknown kind '" + spec.kind + "' (synthetic, latents)");
+  if (spec.kind == DataKind::kLatents) return ShardDataset::Open(spec.path, channels, text_dim);
+  return InvalidArgument("data.kind: unknown kind '" + Name(spec.kind) + "' (synthetic, latents)");
 }
 
 Status WriteSyntheticShards(const DataSpec& spec, int64_t channels, int64_t text_dim,

@@ -181,7 +181,7 @@ class Preprocess {
 
     device_ = compat::ComputeDevice();
     compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
-    store_dtype_ = spec_.preprocess.dtype == "fp16" ? torch::kHalf : torch::kBFloat16;
+    store_dtype_ = spec_.preprocess.dtype == CacheDtype::kFp16 ? torch::kHalf : torch::kBFloat16;
 
     auto tokenizer = ClipTokenizer::Load(*tok_dir);
     if (!tokenizer.ok()) return Failure{kExitModelError, tokenizer.status().ToString()};
@@ -238,7 +238,7 @@ class Preprocess {
                  {"max_clips", p.max_clips},
                  {"min_frames", p.min_frames},
                  {"shard_size", p.shard_size},
-                 {"dtype", p.dtype},
+                 {"dtype", Name(p.dtype)},
                  {"vae_sha256", *vae_hash},
                  {"text_encoder_sha256", *text_hash},
                  {"tokenizer_sha256", *tok_hash},

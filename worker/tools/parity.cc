@@ -119,7 +119,7 @@ Result<TensorMap> RunAdamWSteps(UNet3DImpl& model, const TensorMap& io_in,
   spec.warmup_steps = options.warmup_steps;
   spec.max_grad_norm = options.max_grad_norm;
   spec.weight_decay = options.weight_decay;
-  spec.lr_schedule = "constant";
+  spec.lr_schedule = LrSchedule::kConstant;
   spec.max_steps = options.steps;
   AdamW optimizer(model.MotionParameters(), spec);
   TensorMap out;

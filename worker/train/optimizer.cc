@@ -98,7 +98,7 @@ double LearningRate(const TrainSpec& spec, int64_t step) {
   if (spec.warmup_steps > 0 && step < spec.warmup_steps) {
     return spec.lr * static_cast<double>(step) / static_cast<double>(spec.warmup_steps);
   }
-  if (spec.lr_schedule == "cosine") {
+  if (spec.lr_schedule == LrSchedule::kCosine) {
     const double span = std::max<int64_t>(1, spec.max_steps - spec.warmup_steps);
     const double progress = std::min(1.0, static_cast<double>(step - spec.warmup_steps) / span);
     return spec.lr * 0.5 * (1.0 + std::cos(M_PI * progress));

@@ -80,7 +80,7 @@ class Run {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
     }
-    if (const std::string why = compat::SelectAttentionKernels(spec_.train.attention);
+    if (const std::string why = compat::SelectAttentionKernels(Name(spec_.train.attention));
         !why.empty()) {
       return Failure{kExitBadSpec, "train.attention: " + why};
     }
@@ -109,9 +109,9 @@ class Run {
                         "so no caption is dropped");
     }
     const auto& t = spec_.train;
-    SchedulerConfig sc{t.beta_schedule, t.beta_start, t.beta_end, t.num_train_timesteps,
-                       t.prediction_type};
-    if (t.beta_schedule == "pretrained") {
+    SchedulerConfig sc{Name(t.beta_schedule), t.beta_start, t.beta_end, t.num_train_timesteps,
+                       Name(t.prediction_type)};
+    if (t.beta_schedule == BetaSchedule::kPretrained) {
       auto read = ReadSchedulerConfig(spec_.model.pretrained);
       if (!read.ok()) return Failure{kExitModelError, read.status().ToString()};
       sc = *read;
@@ -155,7 +155,7 @@ class Run {
       comm_ = std::move(*comm);
       ReducerOptions ro;
       ro.bucket_cap_mb = spec_.train.bucket_cap_mb;
-      ro.bf16_buckets = spec_.train.bucket_dtype == "bf16";
+      ro.bf16_buckets = spec_.train.bucket_dtype == BucketDtype::kBf16;
       std::vector<torch::Tensor> tensors;
       for (auto& [name, p] : params_) tensors.push_back(p);
       reducer_ = std::make_unique<GradientReducer>(comm_.get(), tensors, ro);
@@ -166,16 +166,17 @@ class Run {
 
   std::optional<Failure> LoadModel() {
     const auto& m = spec_.model;
-    if (!m.preset.empty()) {
+    if (m.preset != ModelPreset::kNone) {
       // Same seed on every rank: identical random weights everywhere.
       torch::manual_seed(static_cast<uint64_t>(spec_.train.seed));
-      model_ = m.preset == "sd15" ? UNet3D(Sd15UNetConfig(), Sd15MotionConfig(m.preset_layout))
-                                  : UNet3D(TinyUNetConfig(), TinyMotionConfig(m.preset_layout));
+      model_ = m.preset == ModelPreset::kSd15
+                   ? UNet3D(Sd15UNetConfig(), Sd15MotionConfig(Name(m.preset_layout)))
+                   : UNet3D(TinyUNetConfig(), TinyMotionConfig(Name(m.preset_layout)));
       model_->ZeroInitMotionProjOut();
-      if (m.motion_norm == "per_frame") model_->set_norm_across_frames(false);
+      if (m.motion_norm == MotionNorm::kPerFrame) model_->set_norm_across_frames(false);
       // The tiny preset's frozen UNet is written out so its checkpoints load as a diffusers
       // pair; sd15's random 3.4 GB are not worth the disk.
-      if (o_.rank == 0 && m.preset == "tiny") {
+      if (o_.rank == 0 && m.preset == ModelPreset::kTiny) {
         const fs::path dir = JobLayout(o_.job_dir).preset_unet2d();
         if (!fs::exists(dir / "config.json")) {
           auto st = SaveUNet2D(*model_, dir.string());
@@ -189,7 +190,7 @@ class Run {
         if (!unet.ok()) return Failure{kExitModelError, unet.status().ToString()};
         src.unet2d = *unet;
       }
-      auto loaded = LoadUNet3D(src, m.motion_norm);
+      auto loaded = LoadUNet3D(src, Name(m.motion_norm));
       if (!loaded.ok()) return Failure{kExitModelError, loaded.status().ToString()};
       model_ = loaded->model;
       reporter_.OnEvent(EventLevel::kInfo,

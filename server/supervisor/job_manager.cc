@@ -1,0 +1,239 @@
+#include "server/supervisor/job_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <random>
+
+#include "common/fs_util.h"
+#include "common/job_layout.h"
+#include "common/job_spec.h"
+
+namespace adctl {
+
+namespace {
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < bytes; ++i) {
+    unsigned v = rd() & 0xff;
+    out += kHex[v >> 4];
+    out += kHex[v & 15];
+  }
+  return out;
+}
+
+std::string GraceText(double grace_seconds) {
+  return "grace " + std::to_string(static_cast<int>(grace_seconds)) + " s";
+}
+
+}  // namespace
+
+JobManager::JobManager(const SupervisorOptions& options, Store* store, AttemptMonitor* monitor,
+                       JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
+    : data_dir_(options.data_dir),
+      device_count_(options.devices.size()),
+      device_unit_(DeviceUnit(options.devices)),
+      store_(store),
+      monitor_(monitor),
+      recorder_(recorder),
+      changes_(changes),
+      clock_(clock) {}
+
+Status JobManager::CheckRankCount(const std::string& field, int64_t gpus) const {
+  if (gpus < 1) return InvalidArgument(field + ": must be >= 1, got " + std::to_string(gpus));
+  if (gpus > static_cast<int64_t>(device_count_)) {
+    return InvalidArgument(field + ": " + std::to_string(gpus) + " " + device_unit_ +
+                           "s requested but this coordinator has " + std::to_string(device_count_));
+  }
+  return Status::Ok();
+}
+
+Result<JobRecord> JobManager::EndRestartWait(AttemptControl* attempt, JobState to,
+                                             const std::string& message) {
+  const std::string job_id = attempt->job_id();
+  attempt->Forget();
+  TransitionChanges release;
+  release.devices = std::vector<std::string>{};
+  return recorder_->Transition(job_id, to, message, release);
+}
+
+Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& request) {
+  auto parsed = ParseJobSpec(request.spec_yaml, request.overrides);
+  if (!parsed.ok()) return parsed.status();
+  JobSpec spec = parsed.value();
+  if (request.gpus) {
+    // Only the sign here: the device count is checked below, on the effective spec.
+    if (*request.gpus < 1) return CheckRankCount("gpus", *request.gpus);
+    spec.resources.gpus = *request.gpus;
+  }
+  if (request.priority) spec.resources.priority = *request.priority;
+  ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  ADCTL_RETURN_IF_ERROR(CheckRankCount("resources.gpus", spec.resources.gpus));
+  const std::string yaml = JobSpecToYaml(spec);
+
+  if (!request.submission_id.empty()) {
+    auto existing = store_->FindJobBySubmissionId(request.submission_id);
+    if (!existing.ok()) return existing.status();
+    if (existing->has_value()) {
+      const JobRecord& job = **existing;
+      if (job.spec_yaml != yaml) {
+        return Status(StatusCode::kAlreadyExists, "submission id " + request.submission_id +
+                                                      " was used for job " + job.id +
+                                                      " with a different spec");
+      }
+      return std::make_pair(job, false);  // the same request, retried
+    }
+  }
+
+  JobRecord job;
+  for (int tries = 0; tries < 8; ++tries) {
+    job.id = "j-" + RandomHex(3);
+    if (store_->GetJob(job.id).status().code() == StatusCode::kNotFound) break;
+  }
+  job.name = spec.name;
+  job.submission_id = request.submission_id;
+  job.spec_yaml = yaml;
+  job.token = RandomHex(16);
+  job.job_dir = std::filesystem::absolute(data_dir_ + "/jobs/" + job.id).string();
+  job.state = JobState::kQueued;
+  job.gpus = static_cast<int>(spec.resources.gpus);
+  job.priority = static_cast<int>(spec.resources.priority);
+  job.max_restarts = static_cast<int>(spec.resources.max_restarts);
+  job.grace_seconds = spec.resources.grace_seconds;
+  job.hang_timeout_seconds = spec.resources.hang_timeout_seconds;
+  job.checkpoint_dir = spec.checkpoint.dir;
+  job.submitted_at = clock_->Now();
+  job.progress.total_steps = spec.train.max_steps;
+  std::error_code ec;
+  std::filesystem::create_directories(JobLayout(job.job_dir).logs(), ec);
+  if (ec) return Internal("cannot create " + job.job_dir + ": " + ec.message());
+  Status inserted = store_->InsertJob(job);
+  if (!inserted.ok()) {
+    // A concurrent retry with the same submission id won the race.
+    if (!request.submission_id.empty()) {
+      auto existing = store_->FindJobBySubmissionId(request.submission_id);
+      if (existing.ok() && existing->has_value()) {
+        (void)RemoveTree(job.job_dir);
+        return std::make_pair(**existing, false);
+      }
+    }
+    return inserted;
+  }
+  spdlog::info("job {}: submitted ({} rank(s), priority {})", job.id, job.gpus, job.priority);
+  changes_->Notify();
+  auto stored = store_->GetJob(job.id);
+  if (!stored.ok()) return stored.status();
+  return std::make_pair(stored.value(), true);
+}
+
+Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<double> grace,
+                                     bool force) {
+  return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
+    auto job = store_->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    const double g = force ? 0 : grace.value_or(job->grace_seconds);
+    switch (job->state) {
+      case JobState::kSucceeded:
+      case JobState::kFailed:
+      case JobState::kCancelled:
+        return FailedPrecondition("cancel: job " + job_id + " already ended (" +
+                                  JobStateName(job->state) + ")");
+      case JobState::kQueued:
+      case JobState::kPaused:
+        return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by user");
+      case JobState::kRestarting:
+        if (!attempt.has_processes()) {
+          return EndRestartWait(&attempt, JobState::kCancelled, "cancelled by user");
+        }
+        [[fallthrough]];
+      default: {
+        Result<JobRecord> out = job.value();
+        if (job->state != JobState::kCancelling) {
+          out = recorder_->Transition(job_id, JobState::kCancelling,
+                                      force ? "cancel requested (force: SIGKILL)"
+                                            : "cancel requested (" + GraceText(g) + ")");
+          if (!out.ok()) return out;
+        }
+        if (!attempt.exists()) {
+          // Nothing is running under this adctld: finish the cancel right away.
+          return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by user");
+        }
+        attempt.Stop(g);
+        return out;
+      }
+    }
+  });
+}
+
+Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<double> grace) {
+  return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
+    auto job = store_->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    const double g = grace.value_or(job->grace_seconds);
+    switch (job->state) {
+      case JobState::kQueued:
+        return recorder_->Transition(job_id, JobState::kPaused, "paused by user before it started");
+      case JobState::kRestarting:
+        if (!attempt.has_processes()) {
+          return EndRestartWait(&attempt, JobState::kPaused, "paused by user");
+        }
+        return FailedPrecondition("pause: job " + job_id + " is restarting; try again shortly");
+      case JobState::kStarting:
+      case JobState::kRunning: {
+        auto out = recorder_->Transition(job_id, JobState::kPausing,
+                                         "pause requested (" + GraceText(g) + ")");
+        if (!out.ok()) return out;
+        attempt.Stop(g);
+        return out;
+      }
+      default:
+        return FailedPrecondition("pause: job " + job_id + " is " + JobStateName(job->state) +
+                                  "; only QUEUED, STARTING or RUNNING jobs can be paused");
+    }
+  });
+}
+
+Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<int> gpus) {
+  return monitor_->WithAttempt(job_id, [&](AttemptControl&) -> Result<JobRecord> {
+    auto job = store_->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    if (job->state != JobState::kPaused) {
+      return FailedPrecondition("resume: job " + job_id + " is " + JobStateName(job->state) +
+                                "; only PAUSED jobs can be resumed");
+    }
+    TransitionChanges c;
+    std::string message = "resumed by user";
+    if (gpus && *gpus != job->gpus) {
+      ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
+      // Rewriting the stored spec (a new rank count and grad_accum) is the one re-parse.
+      auto spec = ParseJobSpec(job->spec_yaml);
+      if (!spec.ok()) return spec.status();
+      JobSpec s = spec.value();
+      const int64_t global_batch = s.GlobalBatch();
+      const int64_t per_step = s.train.batch_size * *gpus;
+      if (global_batch % per_step != 0) {
+        return InvalidArgument(
+            "gpus: cannot keep the global batch of " + std::to_string(global_batch) +
+            " clips (train.batch_size " + std::to_string(s.train.batch_size) +
+            " x train.grad_accum " + std::to_string(s.train.grad_accum) + " x " +
+            std::to_string(s.resources.gpus) + " ranks) on " + std::to_string(*gpus) +
+            " ranks: " + std::to_string(global_batch) +
+            " is not a multiple of batch_size x ranks = " + std::to_string(per_step));
+      }
+      s.train.grad_accum = global_batch / per_step;
+      s.resources.gpus = *gpus;
+      ADCTL_RETURN_IF_ERROR(ValidateJobSpec(s));
+      c.spec_yaml = JobSpecToYaml(s);
+      c.gpus = *gpus;
+      message = "resumed by user on " + std::to_string(*gpus) + " ranks (train.grad_accum " +
+                std::to_string(s.train.grad_accum) + ", global batch " +
+                std::to_string(global_batch) + " kept)";
+    }
+    return recorder_->Transition(job_id, JobState::kQueued, message, c);
+  });
+}
+
+}  // namespace adctl

@@ -1,0 +1,69 @@
+// Job operations: submit, cancel, pause and resume, the commands of the JobService.
+//
+// Submit parses and validates the spec once (ParseJobSpec with the `--set` overrides, then the
+// request's gpus/priority) and stores its canonical YAML with the columns the coordinator needs
+// later (gpus, priority, max_restarts, grace_seconds, hang_timeout_seconds), so nothing
+// downstream parses it again. Cancel, pause and resume decide the job's next state from its
+// current one and act on its running attempt through the AttemptMonitor, under its lock.
+// Thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/store.h"
+#include "server/supervisor/attempt_monitor.h"
+#include "server/supervisor/change_feed.h"
+#include "server/supervisor/clock.h"
+#include "server/supervisor/job_recorder.h"
+#include "server/supervisor/options.h"
+
+namespace adctl {
+
+struct SubmitRequest {
+  std::string spec_yaml;
+  std::vector<std::string> overrides;
+  std::optional<int> gpus;
+  std::optional<int> priority;
+  std::string submission_id;
+};
+
+class JobManager {
+ public:
+  JobManager(const SupervisorOptions& options, Store* store, AttemptMonitor* monitor,
+             JobRecorder* recorder, ChangeFeed* changes, Clock* clock);
+
+  // Returns the job and whether it was created (false: same submission id seen before).
+  Result<std::pair<JobRecord, bool>> Submit(const SubmitRequest& request);
+  // `force`: SIGKILL now. Otherwise SIGTERM, then SIGKILL after the grace period (default: the
+  // spec's resources.grace_seconds).
+  Result<JobRecord> Cancel(const std::string& job_id, std::optional<double> grace_seconds,
+                           bool force);
+  Result<JobRecord> Pause(const std::string& job_id, std::optional<double> grace_seconds);
+  // `gpus`: resume on another rank count, keeping the global batch through train.grad_accum.
+  Result<JobRecord> Resume(const std::string& job_id, std::optional<int> gpus);
+  // Why a QUEUED job waits ("" otherwise).
+  std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
+
+ private:
+  // A RESTARTING job whose attempt has no processes left: drops the relaunch and moves the job
+  // to `to`, releasing its devices.
+  Result<JobRecord> EndRestartWait(AttemptControl* attempt, JobState to,
+                                   const std::string& message);
+  // InvalidArgument unless 1 <= gpus <= the coordinator's devices.
+  Status CheckRankCount(const std::string& field, int64_t gpus) const;
+
+  const std::string data_dir_;
+  const size_t device_count_;
+  const std::string device_unit_;
+  Store* const store_;
+  AttemptMonitor* const monitor_;
+  JobRecorder* const recorder_;
+  ChangeFeed* const changes_;
+  Clock* const clock_;
+};
+
+}  // namespace adctl

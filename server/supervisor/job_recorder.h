@@ -1,0 +1,50 @@
+// The one way the coordinator records what happened to a job: a state transition (through
+// Store::Transition, which writes the state, the attempt row and the event in one transaction)
+// or a plain event row. Each record is logged, reported to the observer (Prometheus) when it
+// ends a job, and wakes the ChangeFeed's waiters. Thread-safe (the Store is).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/store/store.h"
+#include "server/supervisor/change_feed.h"
+
+namespace adctl {
+
+// Receives what Prometheus exports (server/metrics/). Called from handler and tick threads.
+class SupervisorObserver {
+ public:
+  virtual ~SupervisorObserver() = default;
+  virtual void OnMetrics(const std::vector<MetricRecord>& points) = 0;
+  virtual void OnCheckpoint(const CheckpointRecord& checkpoint) = 0;
+  virtual void OnRestart(const std::string& job_id) = 0;
+  virtual void OnJobFinished(const std::string& job_id, JobState state) = 0;
+};
+
+class JobRecorder {
+ public:
+  // `observer` may be null.
+  JobRecorder(Store* store, SupervisorObserver* observer, ChangeFeed* changes)
+      : store_(store), observer_(observer), changes_(changes) {}
+
+  // Moves the job to `to` (refused, with a warning, when the state machine forbids it or the
+  // job is not in `expected_from`).
+  Result<JobRecord> Transition(const std::string& job_id, JobState to, const std::string& message,
+                               const TransitionChanges& changes = {},
+                               std::optional<JobState> expected_from = std::nullopt);
+  // Stores one event row (not a transition) and wakes the waiters.
+  Status AddEvent(const std::string& job_id, int attempt, const std::string& kind,
+                  const std::string& level, const std::string& message);
+
+  SupervisorObserver* observer() const { return observer_; }
+
+ private:
+  Store* const store_;
+  SupervisorObserver* const observer_;
+  ChangeFeed* const changes_;
+};
+
+}  // namespace adctl

@@ -1,0 +1,24 @@
+// The coordinator's settings (adctld's flags), shared by its parts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/scheduler/device_inventory.h"
+
+namespace adctl {
+
+struct SupervisorOptions {
+  std::string data_dir;             // jobs/<id>/ live here
+  std::string worker_binary;        // absolute path to adworker
+  std::string coordinator_address;  // what ranks dial ("127.0.0.1:50051")
+  std::vector<Device> devices;
+  int heartbeat_interval_ms = 1000;
+  double restart_backoff_seconds = 1.0;
+  int tick_ms = 100;
+};
+
+// "GPU" when any device is a GPU, else "CPU slot": the unit messages count devices in.
+std::string DeviceUnit(const std::vector<Device>& devices);
+
+}  // namespace adctl

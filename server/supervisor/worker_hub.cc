@@ -1,0 +1,156 @@
+#include "server/supervisor/worker_hub.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace adctl {
+
+Status WorkerHub::Authorize(const std::string& job_id, const std::string& token) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (token.empty() || token != job->token) {
+    return Status(StatusCode::kPermissionDenied, "job " + job_id + ": wrong or missing token");
+  }
+  return Status::Ok();
+}
+
+Result<JobRecord> WorkerHub::CurrentAttempt(const std::string& job_id, int attempt) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (attempt != job->attempt) {
+    return FailedPrecondition("job " + job_id + ": attempt " + std::to_string(attempt) +
+                              " superseded by attempt " + std::to_string(job->attempt));
+  }
+  if (IsTerminal(job->state)) {
+    return FailedPrecondition("job " + job_id + " already ended (" + JobStateName(job->state) +
+                              ")");
+  }
+  return job;
+}
+
+Status WorkerHub::RegisterRank(const std::string& job_id, int attempt, int rank, int world_size,
+                               int pid, const std::string& host) {
+  auto job = CurrentAttempt(job_id, attempt);
+  if (!job.ok()) return job.status();
+  if (world_size != job->gpus || rank < 0 || rank >= world_size) {
+    return InvalidArgument("rank " + std::to_string(rank) + " of world size " +
+                           std::to_string(world_size) + " does not match job " + job_id + " (" +
+                           std::to_string(job->gpus) + " ranks)");
+  }
+  ADCTL_RETURN_IF_ERROR(store_->RecordRankWorker(job_id, attempt, rank, pid, host, clock_->Now()));
+  recorder_->AddEvent(job_id, attempt, "worker", "info",
+                      "rank " + std::to_string(rank) + " registered (pid " + std::to_string(pid) +
+                          " on " + host + ")");
+  return Status::Ok();
+}
+
+Result<std::pair<bool, std::string>> WorkerHub::Heartbeat(const std::string& job_id, int attempt,
+                                                          int rank, int pid) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (attempt != job->attempt || IsTerminal(job->state)) {
+    return std::make_pair(true, std::string("attempt superseded"));
+  }
+  const double now = clock_->Now();
+  if (pid > 0) {
+    // Registers the pid when the registration was lost (adctld restarted in between).
+    auto ranks = store_->ListRanks(job_id, attempt);
+    if (ranks.ok()) {
+      for (const RankRecord& r : ranks.value()) {
+        if (r.rank == rank && r.worker_pid != pid) {
+          store_->RecordRankWorker(job_id, attempt, rank, pid, r.host, now);
+        }
+      }
+    }
+  }
+  store_->RecordHeartbeat(job_id, attempt, rank, now);
+  if (job->state == JobState::kCancelling) return std::make_pair(true, std::string("cancel"));
+  if (job->state == JobState::kPausing) return std::make_pair(true, std::string("pause"));
+  return std::make_pair(false, std::string());
+}
+
+Status WorkerHub::KvSet(const std::string& job_id, int attempt, const std::string& key,
+                        const std::string& value) {
+  auto job = CurrentAttempt(job_id, attempt);
+  if (!job.ok()) return job.status();
+  ADCTL_RETURN_IF_ERROR(store_->KvSet(job_id, attempt, key, value));
+  changes_->Notify();
+  return Status::Ok();
+}
+
+Result<std::optional<std::string>> WorkerHub::KvGet(const std::string& job_id, int attempt,
+                                                    const std::string& key, int timeout_ms) {
+  auto job = CurrentAttempt(job_id, attempt);
+  if (!job.ok()) return job.status();
+  // A real-time deadline: this is a network long poll, not coordinator logic.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(std::clamp(timeout_ms, 0, 30000));
+  uint64_t version = changes_->version();
+  while (true) {
+    auto value = store_->KvGet(job_id, attempt, key);
+    if (!value.ok() || value->has_value()) return value;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::optional<std::string>();
+    changes_->WaitForChange(&version, static_cast<int>(std::min<int64_t>(left.count(), 500)));
+    if (changes_->closed()) return Unavailable("adctld is shutting down");
+  }
+}
+
+Status WorkerHub::ReportMetrics(const std::string& job_id, int attempt, int rank,
+                                std::vector<MetricRecord> points) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (attempt != job->attempt) return Status::Ok();  // late points of an old attempt: dropped
+  for (MetricRecord& m : points) {
+    m.job_id = job_id;
+    m.attempt = attempt;
+    m.rank = rank;
+    if (m.time == 0) m.time = clock_->Now();
+  }
+  ADCTL_RETURN_IF_ERROR(store_->AddMetrics(points));
+  if (recorder_->observer()) recorder_->observer()->OnMetrics(points);
+  if (job->state == JobState::kStarting && !points.empty()) {
+    recorder_->Transition(job_id, JobState::kRunning, "training (first step reported)", {},
+                          JobState::kStarting);
+  }
+  changes_->Notify();
+  return Status::Ok();
+}
+
+Status WorkerHub::ReportTrainingStarted(const std::string& job_id, int attempt, int rank,
+                                        int64_t resumed_from_step, int64_t total_steps) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (attempt != job->attempt) return Status::Ok();
+  if (rank == 0 && job->state == JobState::kStarting) {
+    std::string msg = resumed_from_step > 0
+                          ? "training resumed from checkpoint step " +
+                                std::to_string(resumed_from_step) + " of " +
+                                std::to_string(total_steps)
+                          : "training started (" + std::to_string(total_steps) + " steps)";
+    recorder_->Transition(job_id, JobState::kRunning, msg, {}, JobState::kStarting);
+  }
+  return Status::Ok();
+}
+
+Status WorkerHub::ReportCheckpoint(const std::string& job_id, int attempt, int /*rank*/,
+                                   CheckpointRecord checkpoint) {
+  checkpoint.job_id = job_id;
+  checkpoint.attempt = attempt;
+  if (checkpoint.created_at == 0) checkpoint.created_at = clock_->Now();
+  ADCTL_RETURN_IF_ERROR(store_->AddCheckpoint(checkpoint));
+  recorder_->AddEvent(
+      job_id, attempt, "checkpoint", "info",
+      "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path);
+  if (recorder_->observer()) recorder_->observer()->OnCheckpoint(checkpoint);
+  return Status::Ok();
+}
+
+Status WorkerHub::ReportWorkerEvent(const std::string& job_id, int attempt, int rank,
+                                    const std::string& level, const std::string& message) {
+  return recorder_->AddEvent(job_id, attempt, "worker", level.empty() ? "info" : level,
+                             "rank " + std::to_string(rank) + ": " + message);
+}
+
+}  // namespace adctl

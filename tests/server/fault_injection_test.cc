@@ -1,0 +1,266 @@
+// The attempt monitor under injected faults, deterministically: a scripted process table behind
+// the Launcher seam and a ManualClock, with the monitor ticked by hand (no thread, no sleep).
+// A rank is killed at a chosen tick, its exit file lost, the clock advanced past the grace
+// period and the restart backoff, and the job's path through the state machine checked.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "server/supervisor/supervisor.h"
+
+namespace adctl {
+namespace {
+
+// Ranks as entries in a table. A rank runs until a test ends it or a signal does: SIGTERM
+// stops it with code 75 (exit file written) unless it ignores SIGTERM; SIGKILL kills the
+// whole group (no exit file: the shepherd dies too).
+class ScriptedLauncher : public Launcher {
+ public:
+  struct Rank {
+    RankLaunch launch;
+    pid_t pgid = 0;
+    bool running = true;
+    bool ignores_sigterm = false;
+    bool leftover = false;  // a process of its group that survives everything (a zombie)
+    bool reaped = false;
+    std::optional<ExitStatus> wait_status;  // what the launcher saw; nullopt: unknown
+    std::optional<ExitStatus> exit_file;    // what the shepherd wrote; nullopt: lost
+    std::vector<int> signals;
+  };
+
+  Result<LaunchedRank> Launch(const RankLaunch& launch) override {
+    Rank r;
+    r.launch = launch;
+    r.pgid = next_pgid_++;
+    ranks_.push_back(r);
+    return LaunchedRank{r.pgid, 1};
+  }
+  Status Signal(pid_t pgid, int signal) override {
+    Rank& r = ByPgid(pgid);
+    r.signals.push_back(signal);
+    if (signal == SIGKILL) {
+      if (r.running) End(&r, ExitStatus{0, SIGKILL}, /*write_exit_file=*/false);
+    } else if (signal == SIGTERM && r.running && !r.ignores_sigterm) {
+      End(&r, ExitStatus{75, 0}, /*write_exit_file=*/true);
+    }
+    return Status::Ok();
+  }
+  std::vector<EndedRank> Reap() override {
+    std::vector<EndedRank> out;
+    for (Rank& r : ranks_) {
+      if (!r.running && !r.reaped) {
+        r.reaped = true;
+        out.push_back({r.pgid, r.wait_status});
+      }
+    }
+    return out;
+  }
+  bool Alive(pid_t pgid, uint64_t) override { return ByPgid(pgid).running; }
+  bool GroupExists(pid_t pgid) override {
+    const Rank& r = ByPgid(pgid);
+    return r.running || r.leftover;
+  }
+  Result<ExitStatus> ReadExit(const std::string& exit_path) override {
+    for (const Rank& r : ranks_) {
+      if (r.launch.exit_path == exit_path && r.exit_file) return *r.exit_file;
+    }
+    return NotFound("no exit file " + exit_path);
+  }
+
+  // --- Faults. `index` counts launches (attempt 1's ranks are 0..N-1, attempt 2's next).
+  // The worker exits with `code`; the shepherd writes its exit file and exits the same way.
+  void Exit(size_t index, int code) { End(&ranks_.at(index), ExitStatus{code, 0}, true); }
+  // The worker dies of `signal` and its exit file is lost; the shepherd's status says only
+  // "a signal" (>= 128), which the LocalLauncher cannot tell apart: unknown.
+  void DieWithoutATrace(size_t index) {
+    Rank& r = ranks_.at(index);
+    r.running = false;
+    r.wait_status.reset();
+    r.exit_file.reset();
+  }
+
+  Rank& rank(size_t index) { return ranks_.at(index); }
+  size_t launches() const { return ranks_.size(); }
+
+ private:
+  void End(Rank* r, ExitStatus how, bool write_exit_file) {
+    r->running = false;
+    r->wait_status = how;
+    if (write_exit_file) r->exit_file = how;
+  }
+  Rank& ByPgid(pid_t pgid) {
+    return *std::find_if(ranks_.begin(), ranks_.end(),
+                         [&](const Rank& r) { return r.pgid == pgid; });
+  }
+
+  std::vector<Rank> ranks_;
+  pid_t next_pgid_ = 1000;
+};
+
+class FaultInjectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/adctl-faults-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    SupervisorOptions o;
+    o.data_dir = dir_;
+    o.worker_binary = "/bin/false";  // never executed: the launcher is scripted
+    o.coordinator_address = "127.0.0.1:1";
+    o.devices = CpuSlots(2);
+    o.restart_backoff_seconds = 2;
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr, &clock_);
+    ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
+  }
+  void TearDown() override {
+    supervisor_.reset();
+    store_.reset();
+    std::string cmd = "rm -rf " + dir_;
+    (void)system(cmd.c_str());
+  }
+  std::string Submit(int ranks, int max_restarts, double grace) {
+    SubmitRequest r;
+    r.spec_yaml = "name: f\nmodel: {preset: tiny}\nresources: {gpus: " + std::to_string(ranks) +
+                  ", max_restarts: " + std::to_string(max_restarts) +
+                  ", grace_seconds: " + std::to_string(grace) + "}\n";
+    auto job = supervisor_->jobs().Submit(r);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job->first.id;
+  }
+  void Tick() { supervisor_->monitor().Tick(); }
+  JobRecord Job(const std::string& id) { return store_->GetJob(id).value(); }
+  bool HasEvent(const std::string& id, const std::string& text) {
+    for (const EventRecord& e : store_->ListEvents(id, 0).value()) {
+      if (e.message.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+  ScriptedLauncher launcher_;
+  ManualClock clock_{1.0e9};
+  std::unique_ptr<Supervisor> supervisor_;
+};
+
+TEST_F(FaultInjectionTest, RankKilledWithoutExitFileTearsDownAfterGraceAndRestarts) {
+  const std::string id = Submit(/*ranks=*/2, /*max_restarts=*/1, /*grace=*/10);
+  Tick();  // tick 1: placed and launched
+  ASSERT_EQ(launcher_.launches(), 2u);
+  EXPECT_EQ(Job(id).state, JobState::kStarting);
+  EXPECT_EQ(Job(id).attempt, 1);
+  launcher_.rank(0).ignores_sigterm = true;  // rank 0 will have to be SIGKILLed
+  Tick();
+  Tick();
+  EXPECT_EQ(Job(id).state, JobState::kStarting);
+
+  launcher_.DieWithoutATrace(1);  // tick 4: rank 1 vanishes, no exit file, no status
+  Tick();
+  // Unknown counts as killed (retryable), and one rank down takes the attempt down.
+  EXPECT_EQ(store_->ListRanks(id, 1).value()[1].exit_signal, SIGKILL);
+  EXPECT_TRUE(HasEvent(id, "rank 1 killed by signal 9"));
+  EXPECT_EQ(launcher_.rank(0).signals, std::vector<int>{SIGTERM});
+  EXPECT_EQ(Job(id).state, JobState::kStarting);
+
+  clock_.Advance(9.9);  // inside the grace period: rank 0 keeps its chance
+  Tick();
+  EXPECT_EQ(launcher_.rank(0).signals, std::vector<int>{SIGTERM});
+  clock_.Advance(0.2);  // past it
+  Tick();
+  EXPECT_EQ(launcher_.rank(0).signals, (std::vector<int>{SIGTERM, SIGKILL}));
+  EXPECT_TRUE(HasEvent(id, "grace period over: SIGKILL sent to the remaining ranks"));
+  Tick();  // rank 0's end is reaped: the attempt is over
+  JobRecord restarting = Job(id);
+  ASSERT_EQ(restarting.state, JobState::kRestarting);
+  // The first failure is the job's reason, not the SIGKILL that teardown caused.
+  EXPECT_NE(restarting.message.find("rank 1 killed by signal 9 (Killed); restarting"),
+            std::string::npos)
+      << restarting.message;
+  EXPECT_EQ(store_->GetAttempt(id, 1)->end_reason.rfind("rank 1 killed by signal 9", 0), 0u);
+
+  clock_.Advance(1.9);  // inside the restart backoff
+  Tick();
+  EXPECT_EQ(launcher_.launches(), 2u);
+  clock_.Advance(0.2);
+  Tick();
+  JobRecord relaunched = Job(id);
+  EXPECT_EQ(relaunched.state, JobState::kStarting);
+  EXPECT_EQ(relaunched.attempt, 2);
+  EXPECT_EQ(relaunched.restarts, 1);
+  ASSERT_EQ(launcher_.launches(), 4u);
+  const auto& argv = launcher_.rank(2).launch.argv;
+  auto attempt_flag = std::find(argv.begin(), argv.end(), "--attempt");
+  ASSERT_NE(attempt_flag, argv.end());
+  EXPECT_EQ(*(attempt_flag + 1), "2");
+
+  launcher_.Exit(2, 0);
+  launcher_.Exit(3, 0);
+  Tick();
+  EXPECT_EQ(Job(id).state, JobState::kSucceeded);
+  EXPECT_TRUE(Job(id).devices.empty());
+}
+
+TEST_F(FaultInjectionTest, ExitFileDecidesOverTheLaunchersStatus) {
+  const std::string id = Submit(/*ranks=*/1, /*max_restarts=*/3, /*grace=*/10);
+  Tick();
+  // The shepherd was killed after the worker wrote "exit 2" (bad spec): fatal, not retried.
+  launcher_.Exit(0, 2);
+  launcher_.rank(0).wait_status = ExitStatus{0, SIGKILL};
+  Tick();
+  JobRecord job = Job(id);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_EQ(job.restarts, 0);
+  EXPECT_NE(job.message.find("exited with code 2"), std::string::npos) << job.message;
+}
+
+TEST_F(FaultInjectionTest, LeftoverProcessHoldsTheAttemptForAtMostFiveSeconds) {
+  const std::string id = Submit(/*ranks=*/1, /*max_restarts=*/0, /*grace=*/10);
+  Tick();
+  launcher_.rank(0).leftover = true;  // survives the group SIGKILL (an unreaped zombie)
+  launcher_.Exit(0, 0);
+  Tick();
+  EXPECT_EQ(launcher_.rank(0).signals, std::vector<int>{SIGKILL});  // the group is cleaned up
+  clock_.Advance(4.9);
+  Tick();
+  EXPECT_EQ(Job(id).state, JobState::kStarting);
+  auto devices = supervisor_->monitor().Devices();  // it still holds its device
+  EXPECT_TRUE(std::any_of(devices.begin(), devices.end(),
+                          [&](const DeviceStatus& d) { return d.job_id == id; }));
+  clock_.Advance(0.2);
+  Tick();  // gone for good
+  Tick();
+  EXPECT_EQ(Job(id).state, JobState::kSucceeded);
+}
+
+TEST_F(FaultInjectionTest, RestartedCoordinatorCountsARankThatVanishedAsKilled) {
+  const std::string id = Submit(/*ranks=*/2, /*max_restarts=*/1, /*grace=*/10);
+  Tick();
+  ASSERT_EQ(Job(id).state, JobState::kStarting);
+  // adctld goes away; while it is gone rank 1 dies and leaves no exit file.
+  SupervisorOptions o;
+  o.data_dir = dir_;
+  o.worker_binary = "/bin/false";
+  o.devices = CpuSlots(2);
+  o.restart_backoff_seconds = 2;
+  supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr, &clock_);
+  launcher_.DieWithoutATrace(1);
+  ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
+  EXPECT_TRUE(HasEvent(id, "adctld restarted: 1 of 2 rank(s) of attempt 1 still alive"));
+  Tick();  // rank 1 is found gone (not this adctld's child: liveness, then the exit file)
+  EXPECT_EQ(store_->ListRanks(id, 1).value()[1].exit_signal, SIGKILL);
+  EXPECT_EQ(launcher_.rank(0).signals, std::vector<int>{SIGTERM});
+  Tick();  // rank 0 stopped with 75 when asked
+  EXPECT_EQ(store_->ListRanks(id, 1).value()[0].exit_code, 75);
+  EXPECT_EQ(Job(id).state, JobState::kRestarting);
+  clock_.Advance(2);
+  Tick();
+  EXPECT_EQ(Job(id).attempt, 2);
+  EXPECT_EQ(Job(id).state, JobState::kStarting);
+}
+
+}  // namespace
+}  // namespace adctl
