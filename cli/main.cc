@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -405,6 +406,117 @@ int Events(Client& c, const Globals& g, const std::string& job_id) {
   return 0;
 }
 
+// Downloads the artifact `relative` of a job to `dest` (through `dest`.part, renamed when the
+// whole file arrived). Returns 0, or an exit code after printing why.
+int Download(Client& c, const std::string& job_id, const std::string& relative,
+             const std::filesystem::path& dest, int64_t* bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dest.has_parent_path()) fs::create_directories(dest.parent_path(), ec);
+  const fs::path part = dest.string() + ".part";
+  std::ofstream out(part, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    std::cerr << "adctl: cannot write " << part.string() << "\n";
+    return kExitFailed;
+  }
+  v1::ReadArtifactRequest req;
+  req.set_job_id(job_id);
+  req.set_path(relative);
+  auto ctx = c.Context(0);
+  auto reader = c.stub().ReadArtifact(ctx.get(), req);
+  v1::ArtifactChunk chunk;
+  int64_t expected = -1, got = 0;
+  while (reader->Read(&chunk)) {
+    if (expected < 0) expected = chunk.size_bytes();
+    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    got += static_cast<int64_t>(chunk.data().size());
+  }
+  grpc::Status st = reader->Finish();
+  out.close();
+  if (!st.ok() || !out || got != expected) {
+    fs::remove(part, ec);
+    if (!st.ok()) return ReportError(st, c.server());
+    std::cerr << "adctl: " << relative << ": received " << got << " of " << expected << " bytes\n";
+    return kExitFailed;
+  }
+  fs::rename(part, dest, ec);
+  if (ec) {
+    std::cerr << "adctl: " << dest.string() << ": " << ec.message() << "\n";
+    return kExitFailed;
+  }
+  *bytes += got;
+  return 0;
+}
+
+struct SamplesArgs {
+  int64_t step = 0;
+  std::string download;  // a folder; "" lists only
+};
+
+int Samples(Client& c, const Globals& g, const std::string& job_id, const SamplesArgs& a) {
+  v1::ListSamplesRequest req;
+  req.set_job_id(job_id);
+  req.set_step(a.step);
+  v1::ListSamplesResponse resp;
+  if (int rc = c.Call(&Stub::ListSamples, req, &resp); rc != 0) return rc;
+  if (!a.download.empty()) {
+    int64_t bytes = 0;
+    int files = 0;
+    for (const auto& s : resp.samples()) {
+      for (const std::string& rel : {s.mp4(), s.gif()}) {
+        // samples/step-N/x.mp4 → <folder>/step-N/x.mp4
+        const std::string inside = rel.substr(rel.find('/') + 1);
+        if (int rc = Download(c, job_id, rel, std::filesystem::path(a.download) / inside, &bytes);
+            rc != 0) {
+          return rc;
+        }
+        ++files;
+      }
+    }
+    if (!g.json()) {
+      std::cout << "downloaded " << files << " files (" << FormatBytes(bytes) << ") to "
+                << a.download << "\n";
+    }
+  }
+  if (PrintedAsJson(g, resp)) return 0;
+  if (!a.download.empty()) return 0;
+  Table t({"STEP", "SAMPLE", "PROMPT", "MP4", "GIF", "ON DISK"});
+  for (const auto& s : resp.samples()) {
+    t.Add({std::to_string(s.step()), s.index() < 0 ? "grid" : std::to_string(s.index()), s.prompt(),
+           s.mp4(), s.gif(), s.on_disk() ? "yes" : "no"});
+  }
+  std::cout << t.ToString();
+  return 0;
+}
+
+struct ExportArgs {
+  int64_t step = 0;
+  std::string format;
+  std::string out;
+};
+
+int Export(Client& c, const Globals& g, const std::string& job_id, const ExportArgs& a) {
+  v1::ExportMotionModulesRequest req;
+  req.set_job_id(job_id);
+  req.set_step(a.step);
+  req.set_format(a.format);
+  v1::ExportMotionModulesResponse resp;
+  // Verifying a large checkpoint and converting it takes a while.
+  if (int rc = c.Call(&Stub::ExportMotionModules, req, &resp, 1800); rc != 0) return rc;
+  int64_t bytes = 0;
+  for (const auto& f : resp.files()) {
+    // A single file lands at --out; a folder's files keep their place below it.
+    std::filesystem::path dest = a.out;
+    if (f.path() != resp.path()) dest /= f.path().substr(resp.path().size() + 1);
+    if (int rc = Download(c, job_id, f.path(), dest, &bytes); rc != 0) return rc;
+  }
+  if (PrintedAsJson(g, resp)) return 0;
+  std::cout << "exported step " << resp.step() << " as " << resp.format() << " ("
+            << resp.motion_norm() << " GroupNorm, " << FormatBytes(bytes) << ") to " << a.out
+            << "\n";
+  return 0;
+}
+
 int Devices(Client& c, const Globals& g) {
   v1::ListDevicesResponse resp;
   if (int rc = c.Call(&Stub::ListDevices, v1::ListDevicesRequest(), &resp); rc != 0) return rc;
@@ -529,6 +641,26 @@ int main(int argc, char** argv) {
   add_job_command("events", "a job's event history")->callback(run([&](Client& c) {
     return Events(c, g, job_id);
   }));
+
+  SamplesArgs samples;
+  auto* samples_cmd = add_job_command("samples", "a job's validation samples (MP4 and GIF)");
+  samples_cmd->add_option("--step", samples.step, "only this step");
+  samples_cmd->add_option("--download", samples.download,
+                          "save the files into this folder (step-N/sample-I.mp4, ...)");
+  samples_cmd->callback(run([&](Client& c) { return Samples(c, g, job_id, samples); }));
+
+  ExportArgs exp;
+  auto* export_cmd = add_job_command(
+      "export", "save the trained motion modules for diffusers, ComfyUI or AUTOMATIC1111");
+  export_cmd->add_option("--step", exp.step, "a committed checkpoint's step (default: newest)");
+  export_cmd
+      ->add_option("--format", exp.format,
+                   "diffusers (a MotionAdapter folder) or animatediff (one .safetensors file)")
+      ->required()
+      ->check(CLI::IsMember({"diffusers", "animatediff"}));
+  export_cmd->add_option("--out", exp.out, "where to write it (a folder for diffusers, a file)")
+      ->required();
+  export_cmd->callback(run([&](Client& c) { return Export(c, g, job_id, exp); }));
 
   app.add_subcommand("gpus", "the coordinator's GPUs (or CPU slots) and who holds them")
       ->callback(run([&](Client& c) { return Devices(c, g); }));

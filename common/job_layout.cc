@@ -1,6 +1,8 @@
 #include "common/job_layout.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <sstream>
 
 namespace adctl {
 
@@ -51,6 +53,32 @@ std::string JobLayout::exports() const { return dir_ + "/export"; }
 
 std::string JobLayout::exports_step(int64_t step) const {
   return exports() + "/" + StepDirName(step);
+}
+
+Result<std::string> JobLayout::artifact(const std::string& relative) const {
+  namespace fs = std::filesystem;
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgument("artifact path '" + relative.substr(0, 200) + "': " + why);
+  };
+  if (relative.empty() || relative.front() == '/') return bad("must be relative to the job");
+  std::stringstream parts(relative);
+  std::string part, first;
+  while (std::getline(parts, part, '/')) {
+    if (part.empty() || part == "." || part == "..") return bad("no empty, '.' or '..' parts");
+    if (first.empty()) first = part;
+  }
+  if (relative.back() == '/') return bad("names a folder");
+  if (first != "samples" && first != "export") return bad("not under samples/ or export/");
+  const std::string path = dir_ + "/" + relative;
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    const fs::path real = fs::canonical(path, ec);
+    const fs::path root = fs::canonical(dir_ + "/" + first, ec);
+    if (ec) return bad(ec.message());
+    const std::string r = real.string(), top = root.string() + "/";
+    if (r.compare(0, top.size(), top) != 0) return bad("leads outside the job's " + first + "/");
+  }
+  return path;
 }
 
 }  // namespace adctl

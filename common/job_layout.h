@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
+
 namespace adctl {
 
 class JobLayout {
@@ -39,6 +41,12 @@ class JobLayout {
   std::string samples_step(int64_t step) const;
   std::string exports() const;
   std::string exports_step(int64_t step) const;
+
+  // Artifacts are the files under samples/ and export/, named relative to the job directory.
+  // The absolute path of `relative` when it names one: relative, '/'-separated, no "." or ".."
+  // component, under samples/ or export/, and (when it exists) still inside the job directory
+  // after symlinks are resolved. Otherwise InvalidArgument naming the path.
+  Result<std::string> artifact(const std::string& relative) const;
 
  private:
   std::string dir_;

@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
   adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics);
 
   adctl::JobQueries queries(store->get(), &supervisor);
-  adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, token);
+  adctl::MotionExports exports(&queries);
+  adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, token);
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -69,6 +69,13 @@ class JsonlReporter : public Reporter {
   void OnEvent(EventLevel, const std::string& message) override {
     Write({{"event", "message"}, {"message", message}});
   }
+  void OnSamples(const SamplesReport& r) override {
+    nlohmann::json files = nlohmann::json::array();
+    for (const SampleFile& f : r.files) {
+      files.push_back({{"index", f.index}, {"prompt", f.prompt}, {"mp4", f.mp4}, {"gif", f.gif}});
+    }
+    Write({{"event", "samples"}, {"step", r.step}, {"seconds", r.seconds}, {"files", files}});
+  }
   bool StopRequested() override { return false; }
 
  private:

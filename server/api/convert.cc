@@ -140,4 +140,43 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
+void SampleToProto(const SampleView& view, v1::Sample* out) {
+  const SampleRecord& s = view.sample;
+  out->set_step(s.step);
+  out->set_index(s.index);
+  out->set_prompt(s.prompt);
+  out->set_mp4(s.mp4);
+  out->set_gif(s.gif);
+  out->set_attempt(s.attempt);
+  out->set_created_at(s.created_at);
+  out->set_render_seconds(s.render_seconds);
+  out->set_on_disk(view.on_disk);
+}
+
+SampleRecord SampleFromProto(const v1::Sample& p) {
+  SampleRecord s;
+  s.step = p.step();
+  s.index = p.index();
+  s.prompt = p.prompt();
+  s.mp4 = p.mp4();
+  s.gif = p.gif();
+  s.attempt = p.attempt();
+  s.created_at = p.created_at();
+  s.render_seconds = p.render_seconds();
+  return s;
+}
+
+void MotionExportToProto(const MotionExport& e, v1::ExportMotionModulesResponse* out) {
+  out->set_step(e.step);
+  out->set_format(ExportFormatName(e.format));
+  out->set_path(e.relative);
+  out->set_motion_norm(e.motion_norm);
+  out->set_created(e.created);
+  for (const ArtifactView& f : e.files) {
+    v1::ArtifactFile* file = out->add_files();
+    file->set_path(f.relative);
+    file->set_size_bytes(f.size_bytes);
+  }
+}
+
 }  // namespace adctl

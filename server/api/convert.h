@@ -9,6 +9,7 @@
 
 #include "adctl/v1/job_service.pb.h"
 #include "server/api/job_queries.h"
+#include "server/api/motion_exports.h"
 #include "server/store/store.h"
 
 namespace adctl {
@@ -25,6 +26,9 @@ MetricRecord MetricFromProto(const v1::MetricPoint& point);
 void JobViewToProto(const JobView& view, v1::Job* out);
 void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out);
 void DeviceToProto(const DeviceStatus& device, v1::Device* out);
+void SampleToProto(const SampleView& sample, v1::Sample* out);
+SampleRecord SampleFromProto(const v1::Sample& sample);
+void MotionExportToProto(const MotionExport& exported, v1::ExportMotionModulesResponse* out);
 // A message as JSON with the proto field names and every field printed (the HTTP API).
 std::string ToJson(const google::protobuf::Message& message);
 

@@ -1,6 +1,7 @@
 #include "server/api/job_queries.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "common/checkpoint_dir.h"
@@ -97,6 +98,41 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
   std::vector<CheckpointView> out;
   for (auto& [step, c] : by_step) out.push_back(std::move(c));
   return out;
+}
+
+Result<std::vector<SampleView>> JobQueries::ListSamples(const std::string& job_id,
+                                                        int64_t step) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (step < 0) return InvalidArgument("step: must be >= 0, got " + std::to_string(step));
+  auto recorded = store_->ListSamples(job_id, step);
+  if (!recorded.ok()) return recorded.status();
+  const JobLayout layout(job->job_dir);
+  std::vector<SampleView> out;
+  for (SampleRecord& r : recorded.value()) {
+    std::error_code ec;
+    const bool on_disk = std::filesystem::is_regular_file(layout.dir() + "/" + r.mp4, ec) &&
+                         std::filesystem::is_regular_file(layout.dir() + "/" + r.gif, ec);
+    out.push_back({std::move(r), on_disk});
+  }
+  return out;
+}
+
+Result<ArtifactView> JobQueries::Artifact(const std::string& job_id,
+                                          const std::string& relative) const {
+  ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  auto path = JobLayout(job->job_dir).artifact(relative);
+  if (!path.ok()) return path.status();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(*path, ec)) {
+    return NotFound("job " + job_id + ": no artifact file '" + relative + "'");
+  }
+  const auto size = std::filesystem::file_size(*path, ec);
+  if (ec) return Internal(relative + ": " + ec.message());
+  return ArtifactView{relative, *path, static_cast<int64_t>(size)};
 }
 
 Status JobQueries::CheckRankLogRef(const JobRecord& job, int attempt, int rank) {

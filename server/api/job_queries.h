@@ -32,6 +32,19 @@ struct CheckpointView {
   bool on_disk = false;
 };
 
+// A validation sample as recorded, and whether its files are still there.
+struct SampleView {
+  SampleRecord sample;
+  bool on_disk = false;
+};
+
+// One artifact file (samples/…, export/…) of a job.
+struct ArtifactView {
+  std::string relative;  // as asked
+  std::string path;      // absolute, on the coordinator
+  int64_t size_bytes = 0;
+};
+
 // One read of a rank's log: bytes from `offset` on.
 struct LogRead {
   bool exists = false;  // the log file is there
@@ -66,6 +79,11 @@ class JobQueries {
   // Disk is the truth for what exists (retention deletes); the store adds who wrote it, when.
   // Ordered by step.
   Result<std::vector<CheckpointView>> ListCheckpoints(const std::string& job_id) const;
+  // Recorded samples by step and index (grid last); `step` 0: all.
+  Result<std::vector<SampleView>> ListSamples(const std::string& job_id, int64_t step = 0) const;
+  // An artifact file: InvalidArgument for a path outside samples/ and export/ (JobLayout::
+  // artifact), NotFound when it is not a regular file.
+  Result<ArtifactView> Artifact(const std::string& job_id, const std::string& relative) const;
   // InvalidArgument unless the job has rank `rank` and attempt `attempt` (0: the current one).
   static Status CheckRankLogRef(const JobRecord& job, int attempt, int rank);
   // Reads rank `rank`'s log of `attempt` from `offset`.

@@ -1,6 +1,7 @@
 #include "server/grpc/job_service.h"
 
 #include <algorithm>
+#include <fstream>
 #include <optional>
 
 #include "proto/grpc_status.h"
@@ -254,6 +255,52 @@ grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx, const v1::List
   auto events = queries_->ListEvents(req->job_id(), req->after_event_id(), req->limit());
   if (!events.ok()) return ToGrpcStatus(events.status());
   for (const EventRecord& e : events.value()) EventToProto(e, resp->add_events());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListSamples(grpc::ServerContext* ctx,
+                                         const v1::ListSamplesRequest* req,
+                                         v1::ListSamplesResponse* resp) {
+  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  auto samples = queries_->ListSamples(req->job_id(), req->step());
+  if (!samples.ok()) return ToGrpcStatus(samples.status());
+  for (const SampleView& s : samples.value()) SampleToProto(s, resp->add_samples());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ExportMotionModules(grpc::ServerContext* ctx,
+                                                 const v1::ExportMotionModulesRequest* req,
+                                                 v1::ExportMotionModulesResponse* resp) {
+  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  auto exported = exports_->Export(req->job_id(), req->step(), req->format());
+  if (!exported.ok()) return ToGrpcStatus(exported.status());
+  MotionExportToProto(exported.value(), resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ReadArtifact(grpc::ServerContext* ctx,
+                                          const v1::ReadArtifactRequest* req,
+                                          grpc::ServerWriter<v1::ArtifactChunk>* writer) {
+  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  auto artifact = queries_->Artifact(req->job_id(), req->path());
+  if (!artifact.ok()) return ToGrpcStatus(artifact.status());
+  std::ifstream in(artifact->path, std::ios::binary);
+  if (!in) return ToGrpcStatus(NotFound(req->path() + ": cannot be opened"));
+  constexpr size_t kChunk = 1 << 20;
+  v1::ArtifactChunk chunk;
+  chunk.set_size_bytes(artifact->size_bytes);
+  std::string buffer(kChunk, '\0');
+  bool first = true;
+  while (!ctx->IsCancelled()) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got == 0 && !first) break;
+    chunk.set_data(buffer.data(), got);
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+    chunk.clear_size_bytes();
+    first = false;
+    if (got < kChunk) break;
+  }
   return grpc::Status::OK;
 }
 

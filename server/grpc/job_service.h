@@ -1,4 +1,5 @@
-// adctl.v1.JobService: validate, call (JobManager for commands, JobQueries for reads),
+// adctl.v1.JobService: validate, call (JobManager for commands, JobQueries for reads,
+// MotionExports for exports),
 // convert (server/api/convert.h). Thread-safe (stateless apart from the constant token).
 #pragma once
 
@@ -6,6 +7,7 @@
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "server/api/job_queries.h"
+#include "server/api/motion_exports.h"
 #include "server/supervisor/job_manager.h"
 
 namespace adctl {
@@ -13,8 +15,9 @@ namespace adctl {
 class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `user_token`: when non-empty, every call must carry `authorization: Bearer <user_token>`.
-  JobServiceImpl(JobManager* jobs, const JobQueries* queries, std::string user_token)
-      : jobs_(jobs), queries_(queries), user_token_(std::move(user_token)) {}
+  JobServiceImpl(JobManager* jobs, const JobQueries* queries, MotionExports* exports,
+                 std::string user_token)
+      : jobs_(jobs), queries_(queries), exports_(exports), user_token_(std::move(user_token)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -38,6 +41,13 @@ class JobServiceImpl final : public v1::JobService::Service {
                           v1::ListEventsResponse* resp) override;
   grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,
                            v1::ListDevicesResponse* resp) override;
+  grpc::Status ListSamples(grpc::ServerContext* ctx, const v1::ListSamplesRequest* req,
+                           v1::ListSamplesResponse* resp) override;
+  grpc::Status ExportMotionModules(grpc::ServerContext* ctx,
+                                   const v1::ExportMotionModulesRequest* req,
+                                   v1::ExportMotionModulesResponse* resp) override;
+  grpc::Status ReadArtifact(grpc::ServerContext* ctx, const v1::ReadArtifactRequest* req,
+                            grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
 
  private:
   Status CheckToken(grpc::ServerContext* ctx) const;
@@ -45,6 +55,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   JobManager* const jobs_;
   const JobQueries* const queries_;
+  MotionExports* const exports_;
   const std::string user_token_;
 };
 

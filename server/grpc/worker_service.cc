@@ -87,6 +87,13 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
         st = hub_->ReportCheckpoint(ref.job_id(), ref.attempt(), ref.rank(), c);
         break;
       }
+      case v1::WorkerEvent::KIND_SAMPLES: {
+        std::vector<SampleRecord> samples;
+        for (const v1::Sample& p : e.samples()) samples.push_back(SampleFromProto(p));
+        st = hub_->ReportSamples(ref.job_id(), ref.attempt(), ref.rank(), std::move(samples),
+                                 e.message());
+        break;
+      }
       default:
         st = hub_->ReportWorkerEvent(ref.job_id(), ref.attempt(), ref.rank(), e.level(),
                                      e.message());

@@ -2,8 +2,12 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "server/api/convert.h"
 
@@ -37,6 +41,14 @@ void SendError(httplib::Response& res, const Status& st) {
   res.status = HttpStatusOf(st.code());
   nlohmann::json body = {{"error", StatusCodeName(st.code())}, {"message", st.message()}};
   res.set_content(body.dump(), "application/json");
+}
+
+const char* ContentTypeOf(const std::string& path) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".mp4") return "video/mp4";
+  if (ext == ".gif") return "image/gif";
+  if (ext == ".json") return "application/json";
+  return "application/octet-stream";
 }
 
 }  // namespace
@@ -95,6 +107,39 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
           }
           body += "]}";
           res.set_content(body, "application/json");
+        });
+  s.Get(R"(/api/v1/jobs/([^/]+)/samples)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          int64_t step = 0;
+          if (req.has_param("step")) {
+            try {
+              step = std::stoll(req.get_param_value("step"));
+            } catch (const std::exception&) {
+              return SendError(res, InvalidArgument("step: expected an integer"));
+            }
+          }
+          auto samples = queries_->ListSamples(req.matches[1], step);
+          if (!samples.ok()) return SendError(res, samples.status());
+          v1::ListSamplesResponse out;
+          for (const SampleView& v : samples.value()) SampleToProto(v, out.add_samples());
+          res.set_content(ToJson(out), "application/json");
+        });
+  // Artifact files (samples/…, export/…), streamed from disk.
+  s.Get(R"(/api/v1/jobs/([^/]+)/artifacts/(.+))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto artifact = queries_->Artifact(req.matches[1], req.matches[2]);
+          if (!artifact.ok()) return SendError(res, artifact.status());
+          auto in = std::make_shared<std::ifstream>(artifact->path, std::ios::binary);
+          if (!*in) return SendError(res, NotFound(artifact->relative + ": cannot be opened"));
+          res.set_content_provider(
+              static_cast<size_t>(artifact->size_bytes), ContentTypeOf(artifact->path),
+              [in](size_t offset, size_t length, httplib::DataSink& sink) {
+                std::vector<char> buffer(std::min<size_t>(length, 1 << 20));
+                in->seekg(static_cast<std::streamoff>(offset));
+                in->read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+                const auto got = static_cast<size_t>(in->gcount());
+                return got > 0 && sink.write(buffer.data(), got);
+              });
         });
   s.Get("/api/v1/devices", [this](const httplib::Request&, httplib::Response& res) {
     v1::ListDevicesResponse out;

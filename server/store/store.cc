@@ -135,6 +135,21 @@ CREATE TABLE kv (
 ALTER TABLE jobs ADD COLUMN hang_timeout_seconds REAL NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT NOT NULL DEFAULT '';
 )sql",
+    // 3: validation samples (job artifacts with their step and prompt).
+    R"sql(
+CREATE TABLE samples (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  idx INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  prompt TEXT NOT NULL,
+  mp4 TEXT NOT NULL,
+  gif TEXT NOT NULL,
+  render_seconds REAL NOT NULL,
+  created_at REAL NOT NULL,
+  PRIMARY KEY (job_id, step, idx)
+);
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -761,6 +776,49 @@ Status Store::AddCheckpoint(const CheckpointRecord& c) {
   p.Bind(c.step).Bind(c.job_id);
   ADCTL_RETURN_IF_ERROR(p.Run());
   return txn.Commit();
+}
+
+Status Store::AddSamples(const std::vector<SampleRecord>& samples) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  for (const SampleRecord& r : samples) {
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO samples (job_id, step, idx, attempt, prompt, mp4, gif, "
+           "render_seconds, created_at) VALUES (?,?,?,?,?,?,?,?,?)");
+    ADCTL_RETURN_IF_ERROR(s.prepare_status());
+    s.Bind(r.job_id).Bind(r.step).Bind(static_cast<int64_t>(r.index)).Bind(r.attempt);
+    s.Bind(r.prompt).Bind(r.mp4).Bind(r.gif).Bind(r.render_seconds);
+    s.Bind(r.created_at > 0 ? r.created_at : NowSeconds());
+    ADCTL_RETURN_IF_ERROR(s.Run());
+  }
+  return txn.Commit();
+}
+
+Result<std::vector<SampleRecord>> Store::ListSamples(const std::string& job_id, int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_,
+         "SELECT step, idx, attempt, prompt, mp4, gif, render_seconds, created_at FROM samples "
+         "WHERE job_id=? AND (?=0 OR step=?) ORDER BY step, idx < 0, idx");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(step).Bind(step);
+  std::vector<SampleRecord> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    SampleRecord r;
+    r.job_id = job_id;
+    r.step = s.Int(0);
+    r.index = static_cast<int>(s.Int(1));
+    r.attempt = static_cast<int>(s.Int(2));
+    r.prompt = s.Text(3);
+    r.mp4 = s.Text(4);
+    r.gif = s.Text(5);
+    r.render_seconds = s.Double(6);
+    r.created_at = s.Double(7);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 Result<std::vector<CheckpointRecord>> Store::ListCheckpoints(const std::string& job_id) {

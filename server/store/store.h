@@ -145,6 +145,19 @@ struct CheckpointRecord {
   double created_at = 0;
 };
 
+// One validation sample file pair (or a step's grid), as rank 0 reported it.
+struct SampleRecord {
+  std::string job_id;
+  int attempt = 0;
+  int64_t step = 0;
+  int index = 0;  // prompt index; -1: the grid
+  std::string prompt;
+  std::string mp4;  // relative to the job directory
+  std::string gif;
+  double render_seconds = 0;
+  double created_at = 0;
+};
+
 // Column changes made in the same transaction as a state change.
 struct TransitionChanges {
   std::optional<int> attempt;  // also inserts the attempts row (with world size = job gpus)
@@ -207,6 +220,11 @@ class Store {
   // Checkpoints as reported by the ranks.
   Status AddCheckpoint(const CheckpointRecord& checkpoint);
   Result<std::vector<CheckpointRecord>> ListCheckpoints(const std::string& job_id);
+
+  // Validation samples; a step rendered again (after a restart) replaces its rows.
+  Status AddSamples(const std::vector<SampleRecord>& samples);
+  // By step, then index with the grid last; `step` 0: every step.
+  Result<std::vector<SampleRecord>> ListSamples(const std::string& job_id, int64_t step = 0);
 
   // Rendezvous KV, scoped to (job, attempt).
   Status KvSet(const std::string& job_id, int attempt, const std::string& key,

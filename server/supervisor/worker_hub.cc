@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/job_layout.h"
+
 namespace adctl {
 
 Status WorkerHub::Authorize(const std::string& job_id, const std::string& token) {
@@ -145,6 +147,28 @@ Status WorkerHub::ReportCheckpoint(const std::string& job_id, int attempt, int /
       "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path);
   if (recorder_->observer()) recorder_->observer()->OnCheckpoint(checkpoint);
   return Status::Ok();
+}
+
+Status WorkerHub::ReportSamples(const std::string& job_id, int attempt, int rank,
+                                std::vector<SampleRecord> samples, const std::string& message) {
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  const JobLayout layout(job->job_dir);
+  for (SampleRecord& s : samples) {
+    for (const std::string* path : {&s.mp4, &s.gif}) {
+      auto checked = layout.artifact(*path);
+      if (!checked.ok()) return checked.status();
+      if (path->rfind("samples/", 0) != 0) {
+        return InvalidArgument("sample file '" + *path + "': not under samples/");
+      }
+    }
+    s.job_id = job_id;
+    s.attempt = attempt;
+    if (s.created_at == 0) s.created_at = clock_->Now();
+  }
+  ADCTL_RETURN_IF_ERROR(store_->AddSamples(samples));
+  return recorder_->AddEvent(job_id, attempt, "samples", "info",
+                             "rank " + std::to_string(rank) + ": " + message);
 }
 
 Status WorkerHub::ReportWorkerEvent(const std::string& job_id, int attempt, int rank,

@@ -46,6 +46,9 @@ class WorkerHub {
                                int64_t resumed_from_step, int64_t total_steps);
   Status ReportCheckpoint(const std::string& job_id, int attempt, int rank,
                           CheckpointRecord checkpoint);
+  // Validation samples of rank 0 (paths relative to the job directory, under samples/).
+  Status ReportSamples(const std::string& job_id, int attempt, int rank,
+                       std::vector<SampleRecord> samples, const std::string& message);
   Status ReportWorkerEvent(const std::string& job_id, int attempt, int rank,
                            const std::string& level, const std::string& message);
 

@@ -274,5 +274,76 @@ TEST_F(ControlPlaneTest, TwoCpuRanksTrainDataParallel) {
   EXPECT_EQ(job["ranks"].size(), 2u);
 }
 
+// Validation samples and exports as a user reaches them: listed by `adctl samples` (from
+// SQLite), downloaded over gRPC and HTTP byte for byte, and the motion modules exported from a
+// committed checkpoint in both layouts (the end-of-job export reused, an unknown step named).
+TEST_F(ControlPlaneTest, SamplesAreListedAndDownloadedAndCheckpointsExport) {
+  Coordinator& c = *coordinator_;
+  const std::string sd = c.dir() + "/sd";
+  ASSERT_EQ(std::system((AdworkerPath() + " make-tiny-pretrained --out " + sd + " > " + c.dir() +
+                         "/make-sd.log 2>&1")
+                            .c_str()),
+            0);
+  const std::string id = c.Submit(c.WriteSpec(
+      "samples", "name: samples\nmodel: {pretrained: " + sd +
+                     "}\n"
+                     "data: {kind: synthetic, num_samples: 4, frames: 4, height: 8, width: 8}\n"
+                     "train: {max_steps: 2, batch_size: 1}\n"
+                     "checkpoint: {every_steps: 1, keep_last: 2}\n"
+                     "validation: {prompts: [\"a red square, moving\"], steps: 2, frames: 4, "
+                     "height: 16, width: 16, every_steps: 0, at_steps: [1, 2]}\n"
+                     "export: {formats: [animatediff]}\n"));
+  CommandResult w = c.Adctl({"wait", id, "--timeout", "240"});
+  ASSERT_EQ(w.exit_code, 0) << c.Adctl({"logs", id}).out;
+  const std::string job_dir = c.Describe(id)["job_dir"];
+
+  // Two steps × (one prompt + the grid), in SQLite with step and prompt.
+  auto listed = c.AdctlJson({"samples", id});
+  ASSERT_EQ(listed["samples"].size(), 4u) << listed.dump(2);
+  const auto& first = listed["samples"][0];
+  EXPECT_EQ(first["step"], "1");
+  EXPECT_EQ(first["index"], 0);
+  EXPECT_EQ(first["prompt"], "a red square, moving");
+  EXPECT_EQ(first["mp4"], "samples/step-00000001/sample-0.mp4");
+  EXPECT_TRUE(first["on_disk"].get<bool>());
+  EXPECT_EQ(listed["samples"][3]["index"], -1);  // step 2's grid, last
+  EXPECT_EQ(c.AdctlJson({"samples", id, "--step", "2"})["samples"].size(), 2u);
+  EXPECT_TRUE(AnyEventContains(id, "validation step 2: 1 samples in"));
+
+  const std::string down = c.dir() + "/downloaded";
+  CommandResult d = c.Adctl({"samples", id, "--download", down});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("downloaded 8 files"), std::string::npos) << d.out;
+  const std::string gif = ReadFile(job_dir + "/samples/step-00000002/grid.gif");
+  ASSERT_GT(gif.size(), 6u);
+  EXPECT_EQ(gif.substr(0, 6), "GIF89a");
+  EXPECT_EQ(ReadFile(down + "/step-00000002/grid.gif"), gif);
+  EXPECT_EQ(c.HttpGet("/api/v1/jobs/" + id + "/artifacts/samples/step-00000002/grid.gif"), gif);
+  EXPECT_EQ(c.HttpGet("/api/v1/jobs/" + id + "/artifacts/spec.yaml"), "");  // not an artifact
+
+  // The job's own end-of-job export is reused; the diffusers folder is made on demand.
+  auto reused =
+      c.AdctlJson({"export", id, "--format", "animatediff", "--out", c.dir() + "/mm.safetensors"});
+  EXPECT_EQ(reused["step"], "2");
+  EXPECT_FALSE(reused.value("created", false));
+  EXPECT_EQ(reused["motion_norm"], "per_frame");
+  EXPECT_EQ(ReadFile(c.dir() + "/mm.safetensors"),
+            ReadFile(job_dir + "/export/step-00000002/motion_module.safetensors"));
+  auto made =
+      c.AdctlJson({"export", id, "--step", "1", "--format", "diffusers", "--out", c.dir() + "/ma"});
+  EXPECT_TRUE(made["created"].get<bool>());
+  const auto config = nlohmann::json::parse(ReadFile(c.dir() + "/ma/config.json"));
+  EXPECT_EQ(config["motion_norm"], "per_frame");
+  EXPECT_TRUE(fs::exists(c.dir() + "/ma/diffusion_pytorch_model.safetensors"));
+
+  CommandResult missing =
+      c.Adctl({"export", id, "--step", "7", "--format", "diffusers", "--out", c.dir() + "/x"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("no committed checkpoint at step 7; committed steps: 1, 2"),
+            std::string::npos)
+      << missing.err;
+  EXPECT_FALSE(fs::exists(c.dir() + "/x"));
+}
+
 }  // namespace
 }  // namespace adctl::testing

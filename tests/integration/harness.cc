@@ -30,14 +30,14 @@ std::string AdworkerPath() {
 bool PidAlive(int pid) { return pid > 0 && ProcessAlive(pid, 0); }
 bool GroupAlive(int pgid) { return pgid > 1 && ProcessGroupExists(pgid); }
 
-namespace {
-
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
+
+namespace {
 
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";

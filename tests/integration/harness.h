@@ -59,6 +59,8 @@ class Coordinator {
 std::string AdctldPath();
 std::string AdctlPath();
 std::string AdworkerPath();
+// The whole file ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
 // True when some live (non-zombie) process has this pid or is in this process group.
 bool PidAlive(int pid);
 bool GroupAlive(int pgid);

@@ -40,7 +40,9 @@ class JobApiTest : public ::testing::Test {
     o.devices = CpuSlots(1);
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
-    service_ = std::make_unique<JobServiceImpl>(&supervisor_->jobs(), queries_.get(), "s3cret");
+    exports_ = std::make_unique<MotionExports>(queries_.get());
+    service_ = std::make_unique<JobServiceImpl>(&supervisor_->jobs(), queries_.get(),
+                                                exports_.get(), "s3cret");
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -64,6 +66,7 @@ class JobApiTest : public ::testing::Test {
   LocalLauncher launcher_;
   std::unique_ptr<Supervisor> supervisor_;  // not started: jobs stay QUEUED
   std::unique_ptr<JobQueries> queries_;
+  std::unique_ptr<MotionExports> exports_;
   std::unique_ptr<JobServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::JobService::Stub> stub_;

@@ -92,6 +92,47 @@ TEST_F(JobQueriesTest, CheckpointsMergeDiskAndStore) {
   EXPECT_TRUE((*list)[1].on_disk);
 }
 
+TEST_F(JobQueriesTest, SamplesSayWhetherTheirFilesAreThereAndArtifactsStayInTheJob) {
+  const JobLayout layout(job_.job_dir);
+  Write(layout.samples_step(3) + "/sample-0.mp4", "mp4");
+  Write(layout.samples_step(3) + "/sample-0.gif", "GIF89a");
+  SampleRecord r;
+  r.job_id = job_.id;
+  r.step = 3;
+  r.prompt = "a cat";
+  r.mp4 = "samples/step-00000003/sample-0.mp4";
+  r.gif = "samples/step-00000003/sample-0.gif";
+  SampleRecord gone = r;
+  gone.index = 1;
+  gone.mp4 = "samples/step-00000003/sample-1.mp4";
+  gone.gif = "samples/step-00000003/sample-1.gif";
+  ASSERT_TRUE(store_->AddSamples({r, gone}).ok());
+  auto samples = queries_->ListSamples(job_.id);
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  ASSERT_EQ(samples->size(), 2u);
+  EXPECT_TRUE((*samples)[0].on_disk);
+  EXPECT_FALSE((*samples)[1].on_disk);
+  EXPECT_EQ(queries_->ListSamples("nope").status().code(), StatusCode::kNotFound);
+
+  auto gif = queries_->Artifact(job_.id, r.gif);
+  ASSERT_TRUE(gif.ok()) << gif.status().ToString();
+  EXPECT_EQ(gif->size_bytes, 6);
+  EXPECT_EQ(gif->path, layout.samples_step(3) + "/sample-0.gif");
+  EXPECT_EQ(queries_->Artifact(job_.id, gone.gif).status().code(), StatusCode::kNotFound);
+  // Only files under samples/ and export/, named without tricks, and not through a symlink
+  // that leads out of them.
+  Write(layout.dir() + "/secret.txt", "s3cret");
+  std::filesystem::create_symlink(layout.dir() + "/secret.txt",
+                                  layout.samples_step(3) + "/link.gif");
+  for (const std::string bad :
+       {"spec.yaml", "samples/../spec.yaml", "/etc/passwd", "samples/step-00000003/./x",
+        "samples/step-00000003/link.gif", "samples//x", "samples/step-00000003/"}) {
+    auto refused = queries_->Artifact(job_.id, bad);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(refused.status().message().find("s3cret"), std::string::npos);
+  }
+}
+
 TEST_F(JobQueriesTest, RankLogsAreReadFromTheLayoutsPathInChunks) {
   JobRecord job = job_;
   job.attempt = 1;

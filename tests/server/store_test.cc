@@ -52,7 +52,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
@@ -84,7 +84,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
+                         "DROP TABLE samples; ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
@@ -94,9 +94,49 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
+  SampleRecord sample;
+  sample.job_id = "j-old";
+  sample.step = 2;
+  EXPECT_TRUE(store_->AddSamples({sample}).ok());  // migration 3 made the samples table
+}
+
+TEST_F(StoreTest, SamplesKeepStepAndPromptAndARenderedStepReplacesItsRows) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-s")).ok());
+  const auto sample = [](int64_t step, int index, const std::string& prompt) {
+    SampleRecord r;
+    r.job_id = "j-s";
+    r.attempt = 1;
+    r.step = step;
+    r.index = index;
+    r.prompt = prompt;
+    r.mp4 = "samples/step-" + std::to_string(step) + "/" + std::to_string(index) + ".mp4";
+    r.gif = "samples/step-" + std::to_string(step) + "/" + std::to_string(index) + ".gif";
+    r.render_seconds = 1.5;
+    return r;
+  };
+  ASSERT_TRUE(store_->AddSamples({sample(5, -1, ""), sample(5, 1, "b"), sample(5, 0, "a")}).ok());
+  ASSERT_TRUE(store_->AddSamples({sample(2, 0, "a")}).ok());
+  auto all = store_->ListSamples("j-s");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].step, 2);
+  EXPECT_EQ((*all)[1].prompt, "a");
+  EXPECT_EQ((*all)[2].index, 1);
+  EXPECT_EQ((*all)[3].index, -1);  // the grid after the prompts
+  EXPECT_EQ((*all)[3].render_seconds, 1.5);
+  EXPECT_GT((*all)[3].created_at, 0);
+  // The same step rendered again by a later attempt: its rows are replaced, not doubled.
+  SampleRecord again = sample(2, 0, "a");
+  again.attempt = 2;
+  ASSERT_TRUE(store_->AddSamples({again}).ok());
+  auto two = store_->ListSamples("j-s", 2);
+  ASSERT_TRUE(two.ok());
+  ASSERT_EQ(two->size(), 1u);
+  EXPECT_EQ((*two)[0].attempt, 2);
+  EXPECT_TRUE(store_->ListSamples("j-s", 3)->empty());
 }
 
 TEST_F(StoreTest, InsertGetAndUnknownId) {

@@ -176,6 +176,26 @@ void CoordinatorClient::OnEvent(EventLevel level, const std::string& message) {
   Enqueue(std::move(e), level != EventLevel::kInfo);
 }
 
+void CoordinatorClient::OnSamples(const SamplesReport& r) {
+  v1::WorkerEvent e;
+  e.set_kind(v1::WorkerEvent::KIND_SAMPLES);
+  e.set_level("info");
+  e.set_time(NowUnix());
+  e.set_message(DescribeSamples(r));
+  for (const SampleFile& f : r.files) {
+    v1::Sample* s = e.add_samples();
+    s->set_step(r.step);
+    s->set_index(f.index);
+    s->set_prompt(f.prompt);
+    s->set_mp4(f.mp4);
+    s->set_gif(f.gif);
+    s->set_attempt(ref_.attempt());
+    s->set_created_at(e.time());
+    s->set_render_seconds(r.seconds);
+  }
+  Enqueue(std::move(e), /*urgent=*/true);
+}
+
 bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
   std::lock_guard<std::mutex> send_lock(send_mu_);
   std::vector<v1::MetricPoint> metrics;

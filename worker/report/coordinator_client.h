@@ -51,6 +51,7 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   void OnStep(const StepReport& report) override;
   void OnCheckpoint(const CheckpointReport& report) override;
   void OnEvent(EventLevel level, const std::string& message) override;
+  void OnSamples(const SamplesReport& report) override;
   bool StopRequested() override { return stop_requested_.load(); }
 
   // KeyValueStore (rendezvous). Set retries UNAVAILABLE for up to a minute.

@@ -3,10 +3,20 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <memory>
 #include <vector>
 
 namespace adctl {
+
+std::string DescribeSamples(const SamplesReport& r) {
+  size_t prompts = 0;
+  for (const SampleFile& f : r.files) prompts += f.index >= 0 ? 1 : 0;
+  char line[160];
+  std::snprintf(line, sizeof(line), "validation step %lld: %zu samples in %.2f s → ",
+                static_cast<long long>(r.step), prompts, r.seconds);
+  return line + r.dir;
+}
 
 namespace {
 
@@ -25,6 +35,9 @@ class FanOutReporter : public Reporter {
   }
   void OnEvent(EventLevel level, const std::string& message) override {
     for (auto& s : sinks_) s->OnEvent(level, message);
+  }
+  void OnSamples(const SamplesReport& report) override {
+    for (auto& s : sinks_) s->OnSamples(report);
   }
   bool StopRequested() override {
     bool stop = false;

@@ -35,6 +35,22 @@ struct CheckpointReport {
   double save_seconds = 0;
 };
 
+// The validation samples of one step (worker/sample/validation.h renders them).
+struct SampleFile {
+  int index = 0;  // prompt index; -1: the grid of all prompts
+  std::string prompt;
+  std::string mp4;  // relative to the job directory
+  std::string gif;
+};
+struct SamplesReport {
+  int64_t step = 0;
+  double seconds = 0;  // sampling, decoding and writing the files of every prompt
+  std::string dir;     // absolute
+  std::vector<SampleFile> files;
+};
+// "validation step 2: 2 samples in 1.23 s → <dir>" (the grid is not counted).
+std::string DescribeSamples(const SamplesReport& report);
+
 enum class EventLevel { kInfo, kWarning, kError };
 
 class Reporter {
@@ -46,6 +62,10 @@ class Reporter {
   virtual void OnStep(const StepReport& report) = 0;
   virtual void OnCheckpoint(const CheckpointReport& report) = 0;
   virtual void OnEvent(EventLevel level, const std::string& message) = 0;
+  // Validation samples were written; by default an info event describing them.
+  virtual void OnSamples(const SamplesReport& report) {
+    OnEvent(EventLevel::kInfo, DescribeSamples(report));
+  }
   // True once the coordinator asked this rank to stop (pause/cancel); the loop then
   // checkpoints and exits with kExitStopped. SIGTERM sets the same flag locally.
   virtual bool StopRequested() = 0;

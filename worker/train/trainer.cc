@@ -425,10 +425,16 @@ class Run {
     if (validation_) {
       auto rendered = validation_->Render(*model_, step_);
       if (!rendered.ok()) return Failure{kExitCrash, "validation: " + rendered.status().ToString()};
-      char line[200];
-      std::snprintf(line, sizeof(line), "validation step %lld: %zu samples in %.2f s → ",
-                    static_cast<long long>(step_), rendered->samples.size(), rendered->seconds);
-      reporter_.OnEvent(EventLevel::kInfo, line + rendered->dir);
+      // Paths relative to the job directory: what adctld records and serves.
+      const auto relative = [&](const std::string& path) {
+        return std::filesystem::path(path).lexically_relative(o_.job_dir).generic_string();
+      };
+      SamplesReport report{step_, rendered->seconds, rendered->dir, {}};
+      for (const RenderedSample& s : rendered->samples) {
+        report.files.push_back({s.index, s.prompt, relative(s.mp4), relative(s.gif)});
+      }
+      report.files.push_back({-1, "", relative(rendered->grid_mp4), relative(rendered->grid_gif)});
+      reporter_.OnSamples(report);
     }
     if (comm_) comm_->Barrier();
     return std::nullopt;

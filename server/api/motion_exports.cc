@@ -1,0 +1,104 @@
+#include "server/api/motion_exports.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/checkpoint_dir.h"
+#include "common/job_layout.h"
+
+namespace adctl {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The regular files of `path` (itself, or the files below it), relative to `job_dir`, sorted.
+Result<std::vector<ArtifactView>> FilesOf(const std::string& job_dir, const std::string& path) {
+  std::vector<ArtifactView> out;
+  std::error_code ec;
+  const auto add = [&](const fs::path& p) {
+    out.push_back({p.lexically_relative(job_dir).generic_string(), p.string(),
+                   static_cast<int64_t>(fs::file_size(p, ec))});
+  };
+  if (fs::is_regular_file(path, ec)) {
+    add(path);
+  } else {
+    for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->is_regular_file(ec)) add(it->path());
+    }
+  }
+  if (ec) return Internal(path + ": " + ec.message());
+  std::sort(out.begin(), out.end(),
+            [](const ArtifactView& a, const ArtifactView& b) { return a.relative < b.relative; });
+  return out;
+}
+
+}  // namespace
+
+Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t step,
+                                           const std::string& format_name) {
+  auto format = ParseExportFormat(format_name);
+  if (!format.ok()) return InvalidArgument("format: " + format.status().message());
+  if (step < 0) return InvalidArgument("step: must be >= 0, got " + std::to_string(step));
+  auto job = queries_->GetJob(job_id, /*with_ranks=*/false);
+  if (!job.ok()) return job.status();
+  auto checkpoints = queries_->ListCheckpoints(job_id);
+  if (!checkpoints.ok()) return checkpoints.status();
+
+  const CheckpointView* chosen = nullptr;
+  std::string committed;
+  for (const CheckpointView& c : checkpoints.value()) {
+    if (!c.on_disk) continue;
+    committed += (committed.empty() ? "" : ", ") + std::to_string(c.step);
+    if (step == 0 || c.step == step) chosen = &c;  // by step: the last one is the newest
+  }
+  if (committed.empty()) {
+    return FailedPrecondition("job " + job_id +
+                              ": no committed checkpoint to export (checkpoint.every_steps, or "
+                              "the final checkpoint of a finished job)");
+  }
+  if (chosen == nullptr) {
+    return NotFound("job " + job_id + ": no committed checkpoint at step " + std::to_string(step) +
+                    "; committed steps: " + committed);
+  }
+  const std::string adapter = chosen->path + "/motion_adapter";
+  if (!fs::is_directory(adapter)) {
+    return FailedPrecondition("checkpoint step " + std::to_string(chosen->step) +
+                              " holds no motion modules (motion_adapter/): " + chosen->path);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  const JobLayout layout(job->job.job_dir);
+  const std::string out = layout.exports_step(chosen->step) + "/" + ExportFileName(*format);
+  MotionExport result;
+  result.step = chosen->step;
+  result.format = *format;
+  result.relative = fs::path(out).lexically_relative(layout.dir()).generic_string();
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    auto norm =
+        RecordedMotionNorm(*format == ExportFormat::kDiffusers ? out + "/config.json" : out);
+    if (!norm.ok()) return norm.status();
+    result.motion_norm = *norm;
+  } else {
+    // The whole checkpoint is verified (sizes and SHA-256 of every file) before it is exported:
+    // a corrupt one is named, not converted.
+    auto verified = VerifyCheckpoint(chosen->path);
+    if (!verified.ok()) {
+      return DataLoss("checkpoint step " + std::to_string(chosen->step) +
+                      " fails verification: " + verified.status().message());
+    }
+    auto info = ExportMotionModules(
+        adapter, *format, out,
+        {{"adctl_step", std::to_string(chosen->step)}, {"adctl_job", job->job.name}});
+    if (!info.ok()) return info.status();
+    result.motion_norm = info->motion_norm;
+    result.created = true;
+  }
+  auto files = FilesOf(layout.dir(), out);
+  if (!files.ok()) return files.status();
+  result.files = std::move(files.value());
+  return result;
+}
+
+}  // namespace adctl

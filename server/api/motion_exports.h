@@ -1,0 +1,42 @@
+// `adctl export`: a job's trained motion modules in an inference tool's layout, written by
+// adctld from a committed checkpoint into <job-dir>/export/step-N/ (common/motion_export.h does
+// the conversion), then downloaded as artifacts (ReadArtifact, HTTP). An export that is already
+// there (the worker writes the spec's export.formats at the end of a job) is reused.
+// Thread-safe: one export runs at a time.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/motion_export.h"
+#include "common/status.h"
+#include "server/api/job_queries.h"
+
+namespace adctl {
+
+struct MotionExport {
+  int64_t step = 0;
+  ExportFormat format = ExportFormat::kDiffusers;
+  std::string relative;     // the export's path relative to the job directory
+  std::string motion_norm;  // the GroupNorm scope it records
+  std::vector<ArtifactView> files;
+  bool created = false;  // false: reused
+};
+
+class MotionExports {
+ public:
+  explicit MotionExports(const JobQueries* queries) : queries_(queries) {}
+
+  // `step` 0: the newest committed checkpoint. Errors: InvalidArgument (format), NotFound
+  // (no such checkpoint, naming the committed steps), FailedPrecondition (none committed, or a
+  // checkpoint without motion modules), DataLoss (the checkpoint fails verification).
+  Result<MotionExport> Export(const std::string& job_id, int64_t step, const std::string& format);
+
+ private:
+  const JobQueries* const queries_;
+  std::mutex mu_;  // serialises exports (they write up to gigabytes)
+};
+
+}  // namespace adctl
