@@ -21,6 +21,7 @@
 #include "worker/model/weights.h"
 #include "worker/report/coordinator_client.h"
 #include "worker/text/tokenize_command.h"
+#include "worker/tools/bench_sample.h"
 #include "worker/tools/parity.h"
 #include "worker/tools/tiny_pretrained.h"
 #include "worker/train/trainer.h"
@@ -250,6 +251,20 @@ int main(int argc, char** argv) {
                      "constant_with_warmup warm-up steps (--adamw-steps)");
   parity->add_option("--out", io_out, "output safetensors")->required();
 
+  BenchSampleOptions bench;
+  auto* bench_sample = app.add_subcommand(
+      "bench-sample", "Time validation sampling (DDIM + guidance + VAE decode) on this device");
+  bench_sample->add_option("--pretrained", bench.pretrained, "diffusers SD folder")->required();
+  bench_sample->add_option("--motion-adapter", bench.motion_adapter,
+                           "MotionAdapter folder (default: fresh v2-layout modules)");
+  bench_sample->add_option("--frames", bench.frames);
+  bench_sample->add_option("--height", bench.height);
+  bench_sample->add_option("--width", bench.width);
+  bench_sample->add_option("--steps", bench.steps, "DDIM steps");
+  bench_sample->add_option("--guidance", bench.guidance);
+  bench_sample->add_option("--repeat", bench.repeat)->check(CLI::Range(1, 100));
+  bench_sample->add_option("--out", bench.out, "also write the JSON here");
+
   DataSpec synth;
   std::string synth_out;
   int64_t shard_size = 256, text_dim = 768, channels = 4;
@@ -320,6 +335,7 @@ int main(int argc, char** argv) {
     spdlog::info("wrote {} videos and videos.csv to {}", video_clips, videos_out);
     return kExitOk;
   }
+  if (*bench_sample) return BenchSample(bench);
   if (*make) {
     auto st = WriteSyntheticShards(synth, channels, text_dim, synth_out, shard_size);
     if (!st.ok()) {

@@ -23,6 +23,7 @@
 #include "worker/model/vae.h"
 #include "worker/model/weights.h"
 #include "worker/text/clip_tokenizer.h"
+#include "worker/video/ffmpeg_log.h"
 #include "worker/video/frame_sampling.h"
 #include "worker/video/video_csv.h"
 #include "worker/video/video_reader.h"
@@ -146,6 +147,12 @@ class Preprocess {
 
   std::optional<Failure> Setup() {
     const auto& d = spec_.data;
+    if (!HaveFfmpeg()) {
+      return Failure{kExitBadSpec,
+                     "data.kind video: this adworker was built without FFmpeg, so it cannot "
+                     "decode videos (rebuild with libavcodec-dev, libavformat-dev, "
+                     "libswscale-dev)"};
+    }
     VideoCsvOptions csv_options;
     csv_options.id_column = d.id_column;
     csv_options.caption_column = d.caption_column;

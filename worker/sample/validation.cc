@@ -107,6 +107,17 @@ bool ValidationDue(const ValidationSpec& spec, int64_t step) {
   return std::find(spec.at_steps.begin(), spec.at_steps.end(), step) != spec.at_steps.end();
 }
 
+RgbFrames ValidationRenderer::SampleClip(UNet3DImpl& unet, int64_t p) {
+  GuidanceOptions g;
+  g.guidance_scale = spec_.guidance;
+  g.decode_chunk = spec_.decode_chunk;
+  g.compute_dtype = dtype_;
+  // One prompt at a time: peak memory of one guided clip, whatever the prompt count.
+  auto sampled = SampleClips(unet, *vae_, *ddim_, latents_init_.slice(0, p, p + 1).to(device_),
+                             prompt_embeds_.slice(0, p, p + 1), negative_embeds_, g);
+  return ToRgbFrames(sampled.video[0]);  // copies to the host: the device work is done
+}
+
 Result<ValidationRender> ValidationRenderer::Render(UNet3DImpl& unet, int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool was_training = unet.is_training();
@@ -118,19 +129,15 @@ Result<ValidationRender> ValidationRenderer::Render(UNet3DImpl& unet, int64_t st
   fs::create_directories(out.dir, ec);
   if (ec) return Internal(out.dir + ": cannot create: " + ec.message());
 
-  GuidanceOptions g;
-  g.guidance_scale = spec_.guidance;
-  g.decode_chunk = spec_.decode_chunk;
-  g.compute_dtype = dtype_;
   std::vector<RgbFrames> clips;
   nlohmann::json index = {{"step", step}, {"samples", nlohmann::json::array()}};
   const double fps = static_cast<double>(spec_.fps);
   for (size_t i = 0; i < spec_.prompts.size(); ++i) {
     const auto p = static_cast<int64_t>(i);
-    // One prompt at a time: peak memory of one guided clip, whatever the prompt count.
-    auto sampled = SampleClips(unet, *vae_, *ddim_, latents_init_.slice(0, p, p + 1).to(device_),
-                               prompt_embeds_.slice(0, p, p + 1), negative_embeds_, g);
-    clips.push_back(ToRgbFrames(sampled.video[0]));
+    const auto s0 = std::chrono::steady_clock::now();
+    clips.push_back(SampleClip(unet, p));
+    out.sample_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     RenderedSample s;
     s.index = static_cast<int>(i);
     s.prompt = spec_.prompts[i];
@@ -156,6 +163,7 @@ Result<ValidationRender> ValidationRenderer::Render(UNet3DImpl& unet, int64_t st
   index["grid_mp4"] = "grid.mp4";
   index["grid_gif"] = "grid.gif";
   index["seconds"] = out.seconds;
+  index["sample_seconds"] = out.sample_seconds;
   index["frames"] = spec_.frames;
   index["height"] = spec_.height;
   index["width"] = spec_.width;

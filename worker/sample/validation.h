@@ -20,6 +20,7 @@
 #include "worker/diffusion/ddpm.h"
 #include "worker/model/unet3d.h"
 #include "worker/model/vae.h"
+#include "worker/video/rgb_frames.h"
 
 namespace adctl {
 
@@ -35,7 +36,8 @@ struct ValidationRender {
   std::string dir;
   std::vector<RenderedSample> samples;
   std::string grid_mp4, grid_gif;
-  double seconds = 0;  // sampling + decoding + encoding the files
+  double seconds = 0;         // sampling + decoding + encoding the files
+  double sample_seconds = 0;  // of which sampling and VAE decoding (the device's part)
 };
 
 // Whether the validation section renders after `step` finished steps (every_steps, at_steps).
@@ -53,6 +55,10 @@ class ValidationRenderer {
 
   // Renders every prompt with `unet` as it is now; the UNet's mode is left as it was.
   Result<ValidationRender> Render(UNet3DImpl& unet, int64_t step);
+  // Prompt `prompt`'s clip (DDIM + guidance + VAE decode), without writing files; `unet` must
+  // be in eval mode.
+  RgbFrames SampleClip(UNet3DImpl& unet, int64_t prompt);
+  size_t num_prompts() const { return spec_.prompts.size(); }
 
  private:
   ValidationRenderer() = default;

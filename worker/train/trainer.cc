@@ -23,6 +23,7 @@
 #include "worker/model/weights.h"
 #include "worker/sample/validation.h"
 #include "worker/train/optimizer.h"
+#include "worker/video/ffmpeg_log.h"
 
 #if defined(ADCTL_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -122,6 +123,12 @@ class Run {
     if (!schedule.ok()) return Failure{kExitBadSpec, schedule.status().ToString()};
     schedule_ = std::make_unique<NoiseSchedule>(*schedule);
     if (!spec_.validation.prompts.empty() && o_.rank == 0) {
+      if (!HaveFfmpeg()) {
+        return Failure{kExitBadSpec,
+                       "validation.prompts: this adworker was built without FFmpeg, so it "
+                       "cannot write sample videos (rebuild with libavcodec-dev, "
+                       "libavformat-dev, libswscale-dev)"};
+      }
       auto renderer = ValidationRenderer::Make(spec_, *model_, *schedule_, sc.prediction_type,
                                                device_, compute_dtype_, o_.job_dir);
       if (!renderer.ok()) {

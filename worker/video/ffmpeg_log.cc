@@ -8,4 +8,6 @@ namespace adctl {
 
 void QuietFfmpegLogs() { av_log_set_level(AV_LOG_ERROR); }
 
+bool HaveFfmpeg() { return true; }
+
 }  // namespace adctl

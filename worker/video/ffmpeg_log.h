@@ -11,4 +11,8 @@ namespace adctl {
 // FFmpeg logs errors only from now on (AV_LOG_ERROR).
 void QuietFfmpegLogs();
 
+// Whether this build has FFmpeg's libraries (false: worker/video/without_ffmpeg.cc, where
+// every video read or write fails naming what is missing).
+bool HaveFfmpeg();
+
 }  // namespace adctl
