@@ -62,7 +62,7 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
   server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *server_;
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->Scrape(), prom::kPrometheusContentType);
+    res.set_content(metrics_->Scrape(), kPrometheusContentType);
   });
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");

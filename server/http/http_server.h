@@ -4,6 +4,8 @@
 //   GET /api/v1/jobs/<id>                adctl.v1.Job
 //   GET /api/v1/jobs/<id>/events         {"events": [...]}
 //   GET /api/v1/jobs/<id>/metrics        {"points": [...]}  (every rank, full history)
+//   GET /api/v1/jobs/<id>/samples[?step=N]  {"samples": [...]}  (validation samples)
+//   GET /api/v1/jobs/<id>/artifacts/<path>  a file under the job's samples/ or export/
 //   GET /api/v1/devices                  {"devices": [...]}
 // Static files of the web page are served from `static_dir` when it exists. Runs its own
 // threads (cpp-httplib); Start/Stop from one thread.

@@ -1,17 +1,32 @@
-// adctld's Prometheus metrics (README.md "Metrics" lists them): job counts by state,
-// per-job training progress, per-rank data wait, checkpoints and restarts. Label `job_id`,
-// never `job` (Prometheus owns it). Series of a finished job are dropped `retain_seconds` after
-// it ended, so /metrics does not grow without bound. Thread-safe.
+// adctld's Prometheus metrics (README.md "Metrics" lists them), on prometheus-cpp's registry:
+// job counts by state, per-job training progress, per-rank data wait, checkpoints and restarts.
+// Label `job_id`, never `job` (Prometheus owns it). Series of a finished job are dropped
+// `retain_seconds` after it ended, so /metrics does not grow without bound. adctld serves the
+// text format from its own HTTP server (server/http), so prometheus-cpp's civetweb exposer is
+// not used. Thread-safe.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
-#include "common/prometheus.h"
 #include "server/supervisor/supervisor.h"
 
 namespace adctl {
+
+inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+// start, start·factor, … (`count` upper bounds).
+std::vector<double> ExponentialBuckets(double start, double factor, int count);
 
 class JobMetrics : public SupervisorObserver {
  public:
@@ -24,30 +39,43 @@ class JobMetrics : public SupervisorObserver {
 
   // Refreshes the gauges read from the store, drops expired series, returns the text format.
   std::string Scrape();
-  prom::Registry& registry() { return registry_; }
+  prometheus::Registry& registry() { return *registry_; }
+  // Series that carry this job's id now (for tests).
+  size_t SeriesOf(const std::string& job_id);
 
  private:
+  // Applies `update` to the series of `family` with `labels` (created on first use, with
+  // `args`), a series of job `job_id` that DropJob removes.
+  template <typename T, typename Update, typename... Args>
+  void WithSeries(prometheus::Family<T>& family, const std::string& job_id,
+                  const prometheus::Labels& labels, const Update& update, Args&&... args);
+  void DropJob(const std::string& job_id);  // requires mu_
+
   // Constant after construction.
   Store* const store_;
   const double retain_seconds_;
+  const std::vector<double> step_buckets_;
+  const std::shared_ptr<prometheus::Registry> registry_;
 
-  prom::Registry registry_;
-  prom::MetricFamily& jobs_;
-  prom::MetricFamily& loss_;
-  prom::MetricFamily& global_step_;
-  prom::MetricFamily& total_steps_;
-  prom::MetricFamily& clips_per_second_;
-  prom::MetricFamily& step_duration_;
-  prom::MetricFamily& data_wait_;
-  prom::MetricFamily& allreduce_exposed_;
-  prom::MetricFamily& peak_memory_;
-  prom::MetricFamily& checkpoint_last_success_;
-  prom::MetricFamily& checkpoint_size_;
-  prom::MetricFamily& restarts_;
-  prom::MetricFamily& job_info_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& learning_rate_;
+  prometheus::Family<prometheus::Gauge>& global_step_;
+  prometheus::Family<prometheus::Gauge>& total_steps_;
+  prometheus::Family<prometheus::Gauge>& clips_per_second_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
+  prometheus::Family<prometheus::Counter>& data_wait_;
+  prometheus::Family<prometheus::Counter>& allreduce_exposed_;
+  prometheus::Family<prometheus::Gauge>& peak_memory_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_last_success_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_size_;
+  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Gauge>& job_info_;
 
   std::mutex mu_;
   std::map<std::string, double> finished_at_;  // guarded by mu_; job id → end time
+  // guarded by mu_; job id → how to remove each of its series
+  std::map<std::string, std::vector<std::function<void()>>> removers_;
 };
 
 }  // namespace adctl

@@ -95,14 +95,21 @@ int CheckVaeParity(const std::string& dir, const std::string& in, const std::str
   return Write(out, {{"mean", dist.mean}, {"logvar", dist.logvar}, {"decoded", decoded}});
 }
 
+namespace {
+
+// The model and one training batch (sample, timesteps, encoder_hidden_states, target).
+int LoadUNetAndBatch(const ModelSources& sources, const std::string& in, UNet3D& model,
+                     TensorMap& io) {
+  if (const int rc = LoadUNet(sources, model); rc != kExitOk) return rc;
+  return ReadInput(in, {"sample", "timesteps", "encoder_hidden_states", "target"}, io);
+}
+
+}  // namespace
+
 int CheckUNetParity(const ModelSources& sources, const std::string& in, const std::string& out) {
   UNet3D model{nullptr};
-  if (const int rc = LoadUNet(sources, model); rc != kExitOk) return rc;
   TensorMap io;
-  if (const int rc = ReadInput(in, {"sample", "timesteps", "encoder_hidden_states", "target"}, io);
-      rc != kExitOk) {
-    return rc;
-  }
+  if (const int rc = LoadUNetAndBatch(sources, in, model, io); rc != kExitOk) return rc;
   auto [pred, loss] = UNetLoss(*model, io);
   loss.backward();
   TensorMap result{{"pred", pred.detach()}, {"loss", loss.detach().reshape({1})}};
@@ -142,12 +149,8 @@ Result<TensorMap> RunAdamWSteps(UNet3DImpl& model, const TensorMap& io_in,
 int CheckAdamWParity(const ModelSources& sources, const std::string& in,
                      const AdamWParityOptions& options, const std::string& out) {
   UNet3D model{nullptr};
-  if (const int rc = LoadUNet(sources, model); rc != kExitOk) return rc;
   TensorMap io;
-  if (const int rc = ReadInput(in, {"sample", "timesteps", "encoder_hidden_states", "target"}, io);
-      rc != kExitOk) {
-    return rc;
-  }
+  if (const int rc = LoadUNetAndBatch(sources, in, model, io); rc != kExitOk) return rc;
   auto result = RunAdamWSteps(*model, io, options);
   if (!result.ok()) {
     spdlog::error("{}", result.status().ToString());

@@ -1,0 +1,116 @@
+// adctld's /metrics on prometheus-cpp: the names, labels and types README.md lists, the series of
+// a finished job dropped after the retention, and the text format Prometheus parses.
+#include "server/metrics/job_metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+namespace adctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class JobMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/adctl-metrics-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    JobRecord j;
+    j.id = "j-1";
+    j.name = "tiny";
+    j.spec_yaml = "name: tiny\n";
+    j.token = "t";
+    j.job_dir = dir_ + "/jobs/j-1";
+    j.gpus = 2;
+    j.submitted_at = NowSeconds();
+    ASSERT_TRUE(store_->InsertJob(j).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static MetricRecord Point(int rank, int64_t step) {
+    MetricRecord m;
+    m.job_id = "j-1";
+    m.attempt = 1;
+    m.rank = rank;
+    m.step = step;
+    m.total_steps = 10;
+    m.loss = 0.25;
+    m.learning_rate = 1e-4;
+    m.step_seconds = 0.3;
+    m.data_wait_seconds = 0.01;
+    m.allreduce_exposed_seconds = 0.002;
+    m.clips_per_second = 26.5;
+    m.peak_memory_bytes = 1 << 20;
+    return m;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
+  JobMetrics metrics(store_.get());
+  metrics.OnMetrics({Point(0, 1), Point(1, 1), Point(0, 2), Point(1, 2)});
+  CheckpointRecord c;
+  c.job_id = "j-1";
+  c.step = 2;
+  c.size_bytes = 4096;
+  c.created_at = 1700000000;
+  metrics.OnCheckpoint(c);
+  metrics.OnRestart("j-1");
+  const std::string text = metrics.Scrape();
+  for (const char* line : {
+           "# TYPE adctl_jobs gauge",
+           "adctl_jobs{state=\"QUEUED\"} 1",
+           "adctl_jobs{state=\"RUNNING\"} 0",
+           "adctl_train_loss{job_id=\"j-1\"} 0.25",
+           "adctl_train_learning_rate{job_id=\"j-1\"} 0.0001",
+           "adctl_train_global_step{job_id=\"j-1\"} 2",
+           "adctl_train_total_steps{job_id=\"j-1\"} 10",
+           "adctl_train_clips_per_second{job_id=\"j-1\"} 26.5",
+           "# TYPE adctl_train_step_duration_seconds histogram",
+           "adctl_train_step_duration_seconds_count{job_id=\"j-1\"} 2",
+           "adctl_train_step_duration_seconds_bucket{job_id=\"j-1\",le=\"0.32\"} 2",
+           "adctl_train_step_duration_seconds_bucket{job_id=\"j-1\",le=\"0.16\"} 0",
+           "# TYPE adctl_train_data_wait_seconds_total counter",
+           "adctl_train_data_wait_seconds_total{job_id=\"j-1\",rank=\"1\"} 0.02",
+           "adctl_train_allreduce_exposed_seconds_total{job_id=\"j-1\",rank=\"0\"} 0.004",
+           "adctl_train_peak_memory_bytes{job_id=\"j-1\",rank=\"1\"} 1048576",
+           "adctl_checkpoint_last_success_timestamp_seconds{job_id=\"j-1\"} 1700000000",
+           "adctl_checkpoint_size_bytes{job_id=\"j-1\"} 4096",
+           "adctl_job_restarts_total{job_id=\"j-1\"} 1",
+           "adctl_job_info{job_id=\"j-1\",name=\"tiny\"} 1",
+       }) {
+    EXPECT_THAT(text, HasSubstr(line));
+  }
+  // Only rank 0 feeds the job-level series.
+  EXPECT_EQ(text.find("adctl_train_loss{job_id=\"j-1\",rank"), std::string::npos);
+}
+
+TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
+  JobMetrics metrics(store_.get(), /*retain_seconds=*/0);
+  metrics.OnMetrics({Point(0, 1), Point(1, 1)});
+  metrics.OnRestart("j-1");
+  // 2 ranks × (data wait, all-reduce, peak memory) + loss, lr, step, total, clips/s, step time,
+  // restarts; the info series comes with the scrape.
+  EXPECT_EQ(metrics.SeriesOf("j-1"), 13u);
+  EXPECT_THAT(metrics.Scrape(), HasSubstr("adctl_train_loss{job_id=\"j-1\"}"));
+  metrics.OnJobFinished("j-1", JobState::kSucceeded);
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kCancelled, "test").ok());
+  const std::string text = metrics.Scrape();
+  EXPECT_THAT(text, Not(HasSubstr("j-1")));
+  EXPECT_EQ(metrics.SeriesOf("j-1"), 0u);
+  EXPECT_THAT(text, HasSubstr("adctl_jobs{state=\"CANCELLED\"} 1"));
+  // A late report of the ended job makes its series again; the next end drops them again.
+  metrics.OnMetrics({Point(0, 2)});
+  EXPECT_GT(metrics.SeriesOf("j-1"), 0u);
+}
+
+}  // namespace
+}  // namespace adctl
