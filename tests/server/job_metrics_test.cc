@@ -5,8 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace adctl {
 namespace {
@@ -91,6 +95,16 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   }
   // Only rank 0 feeds the job-level series.
   EXPECT_EQ(text.find("adctl_train_loss{job_id=\"j-1\",rank"), std::string::npos);
+
+  // Prometheus' own linter parses and accepts the exposition (scripts/install-deps installs it).
+  const std::string file = dir_ + "/metrics.prom", said = dir_ + "/promtool.out";
+  std::ofstream(file) << text;
+  const std::string command =
+      std::string(ADCTL_PROMTOOL) + " check metrics < '" + file + "' > '" + said + "' 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(said);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command << "\n" << output;
 }
 
 TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
