@@ -154,6 +154,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
         p->set_total_steps(m.total_steps());
         p->set_loss(m.loss());
         p->set_clips_per_second(m.clips_per_second());
+        p->set_mfu_ratio(m.mfu_ratio());
         p->set_eta_seconds(m.eta_seconds());  // computed by adctld
         show(ProgressLine(job));
       }
@@ -305,6 +306,10 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
     snprintf(buf, sizeof(buf), "  loss %.4f  %.2f clips/s  %.3f s/step", job.progress().loss(),
              job.progress().clips_per_second(), job.progress().step_seconds());
     std::cout << buf;
+    if (job.progress().mfu_ratio() > 0) {
+      snprintf(buf, sizeof(buf), "  MFU %.1f %%", 100 * job.progress().mfu_ratio());
+      std::cout << buf;
+    }
   }
   std::cout << "\n"
             << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n"

@@ -76,6 +76,10 @@ std::string ProgressLine(const v1::Job& job) {
       char buf[96];
       snprintf(buf, sizeof(buf), " loss %.4f %.2f clips/s", p.loss(), p.clips_per_second());
       line += buf;
+      if (p.mfu_ratio() > 0) {
+        snprintf(buf, sizeof(buf), " MFU %.1f%%", 100 * p.mfu_ratio());
+        line += buf;
+      }
     }
     if (p.eta_seconds() > 0) line += " ETA " + FormatDuration(p.eta_seconds());
   }

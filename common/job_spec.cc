@@ -150,6 +150,7 @@ void ForEachField(Spec& s, F&& f) {
   f("resources.grace_seconds", s.resources.grace_seconds);
   f("resources.rendezvous_timeout_seconds", s.resources.rendezvous_timeout_seconds);
   f("resources.hang_timeout_seconds", s.resources.hang_timeout_seconds);
+  f("resources.peak_tflops", s.resources.peak_tflops);
 }
 
 constexpr const char* kBetas = "train.betas";
@@ -793,6 +794,7 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(
       Positive("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds));
   ADCTL_RETURN_IF_ERROR(NonNegative("resources.hang_timeout_seconds", r.hang_timeout_seconds));
+  ADCTL_RETURN_IF_ERROR(NonNegative("resources.peak_tflops", r.peak_tflops));
   return Status::Ok();
 }
 

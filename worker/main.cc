@@ -58,7 +58,8 @@ class JsonlReporter : public Reporter {
            {"allreduce_exposed_seconds", r.allreduce_exposed_seconds},
            {"clips_per_second", r.clips_per_second},
            {"samples_seen", r.samples_seen},
-           {"peak_memory_bytes", r.peak_memory_bytes}});
+           {"peak_memory_bytes", r.peak_memory_bytes},
+           {"mfu_ratio", r.mfu_ratio}});
   }
   void OnCheckpoint(const CheckpointReport& r) override {
     Write({{"event", "checkpoint"},

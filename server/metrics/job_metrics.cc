@@ -49,6 +49,11 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                             .Name("adctl_train_clips_per_second")
                             .Help("Training throughput of all ranks, clips per second.")
                             .Register(*registry_)),
+      mfu_(BuildGauge()
+               .Name("adctl_train_mfu_ratio")
+               .Help("Model FLOPs utilisation of rank 0's GPU (training FLOPs per clip x clips/s "
+                     "per rank / dense bf16 peak); absent on CPU ranks.")
+               .Register(*registry_)),
       step_duration_(BuildHistogram()
                          .Name("adctl_train_step_duration_seconds")
                          .Help("Wall time of one optimizer step (rank 0).")
@@ -115,6 +120,7 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
     WithSeries(global_step_, m.job_id, job, set(static_cast<double>(m.step)));
     WithSeries(total_steps_, m.job_id, job, set(static_cast<double>(m.total_steps)));
     WithSeries(clips_per_second_, m.job_id, job, set(m.clips_per_second));
+    if (m.mfu_ratio > 0) WithSeries(mfu_, m.job_id, job, set(m.mfu_ratio));
     WithSeries(
         step_duration_, m.job_id, job,
         [&](prometheus::Histogram& h) {

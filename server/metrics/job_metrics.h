@@ -63,6 +63,7 @@ class JobMetrics : public SupervisorObserver {
   prometheus::Family<prometheus::Gauge>& global_step_;
   prometheus::Family<prometheus::Gauge>& total_steps_;
   prometheus::Family<prometheus::Gauge>& clips_per_second_;
+  prometheus::Family<prometheus::Gauge>& mfu_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
   prometheus::Family<prometheus::Counter>& data_wait_;
   prometheus::Family<prometheus::Counter>& allreduce_exposed_;

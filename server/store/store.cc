@@ -150,6 +150,11 @@ CREATE TABLE samples (
   PRIMARY KEY (job_id, step, idx)
 );
 )sql",
+    // 4: model FLOPs utilisation of each step.
+    R"sql(
+ALTER TABLE metrics ADD COLUMN mfu_ratio REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN mfu_ratio REAL NOT NULL DEFAULT 0;
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -266,7 +271,7 @@ const char kJobColumns[] =
     "id, seq, name, submission_id, spec_yaml, token, job_dir, state, gpus, priority, attempt, "
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
-    "progress_updated_at, hang_timeout_seconds, checkpoint_dir";
+    "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -298,6 +303,7 @@ JobRecord ReadJob(const Stmt& s) {
   j.progress.updated_at = s.Double(25);
   j.hang_timeout_seconds = s.Double(26);
   j.checkpoint_dir = s.Text(27);
+  j.progress.mfu_ratio = s.Double(28);
   return j;
 }
 
@@ -714,10 +720,10 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
     if (m.rank == 0) {
       Stmt p(db_,
              "UPDATE jobs SET step=?, total_steps=?, loss=?, clips_per_second=?, step_seconds=?, "
-             "progress_updated_at=? WHERE id=?");
+             "progress_updated_at=?, mfu_ratio=? WHERE id=?");
       ADCTL_RETURN_IF_ERROR(p.prepare_status());
       p.Bind(m.step).Bind(m.total_steps).Bind(m.loss).Bind(m.clips_per_second);
-      p.Bind(m.step_seconds).Bind(m.time).Bind(m.job_id);
+      p.Bind(m.step_seconds).Bind(m.time).Bind(m.mfu_ratio).Bind(m.job_id);
       ADCTL_RETURN_IF_ERROR(p.Run());
     }
   }

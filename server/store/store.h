@@ -30,6 +30,7 @@ struct JobProgress {
   double step_seconds = 0;
   int64_t last_checkpoint_step = 0;
   double updated_at = 0;
+  double mfu_ratio = 0;  // rank 0's latest; 0 unknown
 };
 
 struct JobRecord {
@@ -112,6 +113,7 @@ struct MetricRecord {
   double clips_per_second = 0;
   int64_t samples_seen = 0;
   int64_t peak_memory_bytes = 0;
+  double mfu_ratio = 0;  // model FLOPs utilisation of the rank's GPU; 0 unknown (CPU)
 };
 
 // The measured values of one metric point, listed once: the store's columns and the conversion
@@ -133,6 +135,7 @@ void ForEachMetricValue(Record& m, F&& f) {
   f("clips_per_second", m.clips_per_second);
   f("samples_seen", m.samples_seen);
   f("peak_memory_bytes", m.peak_memory_bytes);
+  f("mfu_ratio", m.mfu_ratio);
 }
 
 struct CheckpointRecord {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "worker/model/flops.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -292,6 +293,35 @@ TEST(Timestep, FeaturesFollowTheFormula) {
   const double freq1 = std::exp(-std::log(10000.0) * 1 / 4);
   EXPECT_NEAR(f[1][1].item<float>(), std::cos(999 * freq1), 1e-4);
   EXPECT_NEAR(f[1][5].item<float>(), std::sin(999 * freq1), 1e-4);
+}
+
+}  // namespace
+}  // namespace adctl
+
+namespace adctl {
+namespace {
+
+// The FLOP count behind MFU, against the layer-by-layer count of docs/research (AnimateDiff
+// spec §7): SD1.5 UNet + v1 motion modules at 16 × 32×32 latents, forward 2043.7 G MACs of
+// which the motion modules 602.8 G; v2 adds the mid-block module (612.1 G); training ≈ 9.4
+// TFLOP per clip.
+TEST(TrainingFlopsTest, Sd15WithMotionModulesMatchesTheLayerByLayerCount) {
+  const TrainingFlops v1 = CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig("v1"), 16, 32, 32);
+  EXPECT_NEAR(v1.forward_macs / 1e9, 2043.7, 0.1);
+  EXPECT_NEAR(v1.motion_forward_macs / 1e9, 602.8, 0.1);
+  const TrainingFlops v2 = CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig("v2"), 16, 32, 32);
+  EXPECT_NEAR(v2.motion_forward_macs / 1e9, 612.1, 0.1);
+  EXPECT_NEAR(v2.PerClip() / 1e12, 9.4, 0.05);
+  // Weight gradients only for the motion modules' linears (not their attention cores).
+  EXPECT_LT(v2.backward_weight_macs, v2.motion_forward_macs);
+  EXPECT_GT(v2.backward_weight_macs, 0.98 * v2.motion_forward_macs);
+  // Doubling the frames doubles the frame-wise work and more than doubles temporal attention.
+  const TrainingFlops f32 =
+      CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig("v2"), 32, 32, 32);
+  EXPECT_GT(f32.PerClip(), 2 * v2.PerClip());
+  EXPECT_EQ(DenseBf16PeakFlops("NVIDIA H200"), 989e12);
+  EXPECT_EQ(DenseBf16PeakFlops("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_EQ(DenseBf16PeakFlops("cpu"), 0);
 }
 
 }  // namespace

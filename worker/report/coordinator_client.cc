@@ -144,6 +144,7 @@ void CoordinatorClient::OnStep(const StepReport& r) {
   p.set_clips_per_second(r.clips_per_second);
   p.set_samples_seen(r.samples_seen);
   p.set_peak_memory_bytes(r.peak_memory_bytes);
+  p.set_mfu_ratio(r.mfu_ratio);
   last_step_ = r.step;
   std::lock_guard<std::mutex> lock(mu_);
   if (metrics_.size() >= kMaxQueuedMetrics) metrics_.pop_front();

@@ -67,6 +67,8 @@ class LogReporter : public Reporter {
         "{:.2f} clips/s data_wait {:.3f} s allreduce {:.3f} s",
         rank_, r.step, r.total_steps, r.loss, r.learning_rate, r.grad_norm, r.step_seconds,
         r.clips_per_second, r.data_wait_seconds, r.allreduce_exposed_seconds);
+    if (r.mfu_ratio > 0)
+      spdlog::info("rank {}: step {} MFU {:.1f} %", rank_, r.step, 100 * r.mfu_ratio);
   }
   void OnCheckpoint(const CheckpointReport& r) override {
     spdlog::info("rank {}: checkpoint step {} committed: {} ({} bytes, {:.2f} s)", rank_, r.step,

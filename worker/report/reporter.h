@@ -26,6 +26,7 @@ struct StepReport {
   double clips_per_second = 0;           // global: clips of all ranks per second of this step
   int64_t samples_seen = 0;              // global clips consumed so far
   int64_t peak_memory_bytes = 0;         // device memory high-water mark (0 on CPU)
+  double mfu_ratio = 0;                  // model FLOPs utilisation of this GPU (0 on CPU)
 };
 
 struct CheckpointReport {

@@ -19,6 +19,7 @@
 #include "worker/dist/communicator.h"
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
+#include "worker/model/flops.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
 #include "worker/sample/validation.h"
@@ -26,6 +27,7 @@
 #include "worker/video/ffmpeg_log.h"
 
 #if defined(ADCTL_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -405,6 +407,7 @@ class Run {
         r.clips_per_second = global_batch / step_seconds;
         r.samples_seen = samples_seen_;
         r.peak_memory_bytes = PeakMemory();
+        r.mfu_ratio = Mfu(r.clips_per_second / std::max(1, o_.world_size));
         reporter_.OnStep(r);
       }
       // Every rank gets the same answer (same spec, same step).
@@ -530,6 +533,30 @@ class Run {
     return b;
   }
 
+  // Model FLOPs utilisation of this rank's GPU at `clips_per_second` (its own share); 0 on the
+  // CPU or for a GPU whose peak is unknown (never a made-up number).
+  double Mfu(double clips_per_second) {
+    if (!device_.is_cuda()) return 0;
+    if (!mfu_scale_) {
+      const auto& shape = dataset_->shape();
+      const double flops = CountTrainingFlops(model_->unet_config(), model_->motion_config(),
+                                              shape.frames, shape.height, shape.width)
+                               .PerClip();
+      double peak = spec_.resources.peak_tflops * 1e12;
+#if defined(ADCTL_WITH_CUDA)
+      if (peak <= 0)
+        peak = DenseBf16PeakFlops(at::cuda::getDeviceProperties(device_.index())->name);
+#endif
+      mfu_scale_ = peak > 0 ? flops / peak : 0;
+      reporter_.OnEvent(
+          EventLevel::kInfo,
+          "training FLOPs per clip: " + std::to_string(flops / 1e12).substr(0, 5) + " TFLOP" +
+              (peak > 0 ? "; GPU peak " + std::to_string(peak / 1e12).substr(0, 6) + " TFLOP/s"
+                        : "; GPU peak unknown: no MFU (resources.peak_tflops)"));
+    }
+    return *mfu_scale_ * clips_per_second;
+  }
+
   int64_t PeakMemory() const {
 #if defined(ADCTL_WITH_CUDA)
     if (device_.is_cuda()) {
@@ -557,6 +584,7 @@ class Run {
   std::unique_ptr<KeyValueStore> own_store_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::optional<double> mfu_scale_;  // training FLOPs per clip / GPU peak, set at first use
   std::unique_ptr<ValidationRenderer> validation_;  // rank 0, when validation.prompts is set
   std::string last_checkpoint_path_;
   std::future<HostBatch> prefetched_;
