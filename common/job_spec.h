@@ -197,7 +197,7 @@ struct ResourceSpec {
   double grace_seconds = 60;  // cancel/pause: SIGTERM → wait → SIGKILL
   double rendezvous_timeout_seconds = 120;
   double hang_timeout_seconds = 0;  // 0: off; no progress for this long fails the attempt
-  double peak_tflops = 0;  // dense bf16 peak of one GPU for MFU; 0: by the GPU's name
+  double peak_tflops = 0;           // dense bf16 peak of one GPU for MFU; 0: by the GPU's name
 };
 
 struct JobSpec {
