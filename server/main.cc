@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
   options.devices = devices;
   options.restart_backoff_seconds = restart_backoff;
   adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics);
+  metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });
 
   adctl::JobQueries queries(store->get(), &supervisor);
   adctl::MotionExports exports(&queries);

@@ -59,7 +59,13 @@ class JsonlReporter : public Reporter {
            {"clips_per_second", r.clips_per_second},
            {"samples_seen", r.samples_seen},
            {"peak_memory_bytes", r.peak_memory_bytes},
-           {"mfu_ratio", r.mfu_ratio}});
+           {"mfu_ratio", r.mfu_ratio},
+           {"gpu_utilization", r.device.utilization},
+           {"gpu_memory_used_bytes", r.device.memory_used_bytes},
+           {"gpu_memory_total_bytes", r.device.memory_total_bytes},
+           {"gpu_power_watts", r.device.power_watts},
+           {"gpu_temperature_celsius", r.device.temperature_celsius},
+           {"gpu_sm_clock_hertz", r.device.sm_clock_hertz}});
   }
   void OnCheckpoint(const CheckpointReport& r) override {
     Write({{"event", "checkpoint"},

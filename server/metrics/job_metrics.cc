@@ -12,6 +12,48 @@ using prometheus::BuildCounter;
 using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
+// The numbers of a DeviceReading, named once for the per-rank (adctl_rank_gpu_<suffix>) and the
+// per-node (adctl_gpu_<suffix>) families. A negative reading is not exported.
+struct ReadingField {
+  const char* suffix;
+  const char* help;
+  double (*get)(const DeviceReading&);
+};
+constexpr ReadingField kReadingFields[] = {
+    {"utilization_ratio",
+     "Busy share of the device (NVML's GPU utilisation; a CPU slot: the rank's share of its "
+     "threads' CPU time).",
+     [](const DeviceReading& r) { return r.utilization; }},
+    {"memory_used_bytes", "Device memory in use (a CPU slot: the rank's resident memory).",
+     [](const DeviceReading& r) { return static_cast<double>(r.memory_used_bytes); }},
+    {"memory_total_bytes", "Device memory (a CPU slot: the host's memory).",
+     [](const DeviceReading& r) { return static_cast<double>(r.memory_total_bytes); }},
+    {"power_watts", "Power draw of the GPU (GPUs only).",
+     [](const DeviceReading& r) { return r.power_watts; }},
+    {"temperature_celsius", "GPU die temperature (GPUs only).",
+     [](const DeviceReading& r) { return r.temperature_celsius; }},
+    {"sm_clock_hertz", "SM clock of the GPU (GPUs only).",
+     [](const DeviceReading& r) { return r.sm_clock_hertz; }},
+};
+
+DeviceReading ReadingOf(const MetricRecord& m) {
+  DeviceReading r;
+  r.utilization = m.gpu_utilization;
+  r.memory_used_bytes = m.gpu_memory_used_bytes;
+  r.memory_total_bytes = m.gpu_memory_total_bytes;
+  r.power_watts = m.gpu_power_watts;
+  r.temperature_celsius = m.gpu_temperature_celsius;
+  r.sm_clock_hertz = m.gpu_sm_clock_hertz;
+  return r;
+}
+
+bool Measured(const DeviceReading& r) {
+  for (const ReadingField& f : kReadingFields) {
+    if (f.get(r) >= 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
@@ -83,9 +125,105 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                     .Help("Attempts started by the restart policy.")
                     .Register(*registry_)),
       job_info_(
-          BuildGauge().Name("adctl_job_info").Help("Job metadata; value 1.").Register(*registry_)) {
+          BuildGauge().Name("adctl_job_info").Help("Job metadata; value 1.").Register(*registry_)),
+      rank_gpu_info_(BuildGauge()
+                         .Name("adctl_rank_gpu_info")
+                         .Help("The device of a job's rank (gpu, uuid, model); value 1.")
+                         .Register(*registry_)),
+      gpu_info_(BuildGauge()
+                    .Name("adctl_gpu_info")
+                    .Help("A device of this node (gpu, kind, model, uuid) and the job holding it "
+                          "(job_id, \"\" when free); value 1.")
+                    .Register(*registry_)) {
   // Every state is exported from the start, 0 until a job is in it.
   for (JobState s : kAllJobStates) jobs_.Add({{"state", JobStateName(s)}});
+  for (const ReadingField& f : kReadingFields) {
+    rank_gpu_.push_back(&BuildGauge()
+                             .Name(std::string("adctl_rank_gpu_") + f.suffix)
+                             .Help(std::string(f.help) + " Per rank, sampled at its step.")
+                             .Register(*registry_));
+    gpu_.push_back(&BuildGauge()
+                        .Name(std::string("adctl_gpu_") + f.suffix)
+                        .Help(std::string(f.help) + " Per device of this node, at the scrape.")
+                        .Register(*registry_));
+  }
+}
+
+void JobMetrics::AttachDevices(std::vector<Device> inventory,
+                               std::function<std::vector<DeviceStatus>()> live) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inventory_ = std::move(inventory);
+  live_ = std::move(live);
+}
+
+const std::vector<std::string>& JobMetrics::RankDevices(const std::string& job_id, int attempt) {
+  auto key = std::make_pair(job_id, attempt);
+  auto it = rank_devices_.find(key);
+  if (it != rank_devices_.end()) return it->second;
+  std::vector<std::string> devices;
+  if (auto a = store_->GetAttempt(job_id, attempt); a.ok()) devices = a->devices;
+  return rank_devices_.emplace(key, std::move(devices)).first->second;
+}
+
+void JobMetrics::UpdateRankDevice(const MetricRecord& m) {
+  const DeviceReading reading = ReadingOf(m);
+  if (!Measured(reading)) return;
+  std::string gpu, uuid, model;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_reading_[{m.job_id, m.rank}] = reading;
+    const auto& devices = RankDevices(m.job_id, m.attempt);
+    if (m.rank >= 0 && m.rank < static_cast<int>(devices.size())) gpu = devices[m.rank];
+    for (const Device& d : inventory_) {
+      if (d.name != gpu) continue;
+      uuid = d.uuid;
+      model = d.model;
+    }
+  }
+  const std::string rank = std::to_string(m.rank);
+  const prometheus::Labels labels{{"job_id", m.job_id}, {"rank", rank}, {"gpu", gpu}};
+  for (size_t i = 0; i < rank_gpu_.size(); ++i) {
+    const double v = kReadingFields[i].get(reading);
+    if (v >= 0)
+      WithSeries(*rank_gpu_[i], m.job_id, labels, [v](prometheus::Gauge& g) { g.Set(v); });
+  }
+  prometheus::Labels info = labels;
+  info["uuid"] = uuid;
+  info["model"] = model;
+  WithSeries(rank_gpu_info_, m.job_id, info, [](prometheus::Gauge& g) { g.Set(1); });
+}
+
+void JobMetrics::UpdateNodeDevices(const std::vector<DeviceStatus>& devices) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A device's holder changes between scrapes: its series are made anew each time.
+  for (const auto& remove : node_removers_) remove();
+  node_removers_.clear();
+  const auto set = [this](prometheus::Family<prometheus::Gauge>& family,
+                          const prometheus::Labels& labels, double v) {
+    prometheus::Gauge& g = family.Add(labels);
+    g.Set(v);
+    node_removers_.push_back([&family, &g] { family.Remove(&g); });
+  };
+  for (const DeviceStatus& s : devices) {
+    const Device& d = s.device;
+    set(gpu_info_,
+        {{"gpu", d.name},
+         {"kind", d.kind},
+         {"model", d.model},
+         {"uuid", d.uuid},
+         {"job_id", s.job_id}},
+        1);
+    // A GPU has NVML's sample; a CPU slot has the numbers its holder rank last reported.
+    DeviceReading reading = d.reading;
+    if (d.kind != "gpu" && !s.job_id.empty()) {
+      auto it = last_reading_.find({s.job_id, s.rank});
+      if (it != last_reading_.end()) reading = it->second;
+    }
+    for (size_t i = 0; i < gpu_.size(); ++i) {
+      const double v = kReadingFields[i].get(reading);
+      if (v >= 0) set(*gpu_[i], {{"gpu", d.name}}, v);
+    }
+  }
 }
 
 template <typename T, typename Update, typename... Args>
@@ -113,6 +251,7 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
     if (m.peak_memory_bytes > 0) {
       WithSeries(peak_memory_, m.job_id, per_rank, set(static_cast<double>(m.peak_memory_bytes)));
     }
+    UpdateRankDevice(m);
     if (m.rank != 0) continue;
     const prometheus::Labels job{{"job_id", m.job_id}};
     WithSeries(loss_, m.job_id, job, set(m.loss));
@@ -149,6 +288,12 @@ void JobMetrics::OnJobFinished(const std::string& job_id, JobState /*state*/) {
 }
 
 void JobMetrics::DropJob(const std::string& job_id) {
+  for (auto r = rank_devices_.begin(); r != rank_devices_.end();) {
+    r = r->first.first == job_id ? rank_devices_.erase(r) : std::next(r);
+  }
+  for (auto r = last_reading_.begin(); r != last_reading_.end();) {
+    r = r->first.first == job_id ? last_reading_.erase(r) : std::next(r);
+  }
   auto it = removers_.find(job_id);
   if (it == removers_.end()) return;
   for (const auto& remove : it->second) remove();
@@ -174,6 +319,13 @@ std::string JobMetrics::Scrape() {
                  [](prometheus::Gauge& g) { g.Set(1); });
     }
   }
+  std::function<std::vector<DeviceStatus>()> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = live_;
+  }
+  // Outside mu_: the monitor takes its own lock and NVML may take a while.
+  if (live) UpdateNodeDevices(live());
   {
     std::lock_guard<std::mutex> lock(mu_);
     const double now = NowSeconds();

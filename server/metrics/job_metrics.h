@@ -37,7 +37,14 @@ class JobMetrics : public SupervisorObserver {
   void OnRestart(const std::string& job_id) override;
   void OnJobFinished(const std::string& job_id, JobState state) override;
 
-  // Refreshes the gauges read from the store, drops expired series, returns the text format.
+  // The devices of this node for the per-node series (adctl_gpu_*) and the identity of each
+  // rank's device (adctl_rank_gpu_info): `inventory` as adctld found it, `live` a fresh sample
+  // with the holder of each device (AttemptMonitor::Devices), called by Scrape.
+  void AttachDevices(std::vector<Device> inventory,
+                     std::function<std::vector<DeviceStatus>()> live);
+
+  // Refreshes the gauges read from the store and the devices, drops expired series, returns the
+  // text format.
   std::string Scrape();
   prometheus::Registry& registry() { return *registry_; }
   // Series that carry this job's id now (for tests).
@@ -50,6 +57,10 @@ class JobMetrics : public SupervisorObserver {
   void WithSeries(prometheus::Family<T>& family, const std::string& job_id,
                   const prometheus::Labels& labels, const Update& update, Args&&... args);
   void DropJob(const std::string& job_id);  // requires mu_
+  // The device names of an attempt's ranks (from the store, cached); requires mu_.
+  const std::vector<std::string>& RankDevices(const std::string& job_id, int attempt);
+  void UpdateRankDevice(const MetricRecord& m);
+  void UpdateNodeDevices(const std::vector<DeviceStatus>& devices);
 
   // Constant after construction.
   Store* const store_;
@@ -72,11 +83,22 @@ class JobMetrics : public SupervisorObserver {
   prometheus::Family<prometheus::Gauge>& checkpoint_size_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Gauge>& job_info_;
+  prometheus::Family<prometheus::Gauge>& rank_gpu_info_;
+  prometheus::Family<prometheus::Gauge>& gpu_info_;
+  // One family per DeviceReading number (kReadingFields in the .cc), per rank and per node.
+  std::vector<prometheus::Family<prometheus::Gauge>*> rank_gpu_;
+  std::vector<prometheus::Family<prometheus::Gauge>*> gpu_;
 
   std::mutex mu_;
   std::map<std::string, double> finished_at_;  // guarded by mu_; job id → end time
   // guarded by mu_; job id → how to remove each of its series
   std::map<std::string, std::vector<std::function<void()>>> removers_;
+  std::vector<Device> inventory_;                                                 // guarded by mu_
+  std::function<std::vector<DeviceStatus>()> live_;                               // guarded by mu_
+  std::map<std::pair<std::string, int>, std::vector<std::string>> rank_devices_;  // mu_
+  // guarded by mu_; (job id, rank) → its last reported device reading (CPU slots' values)
+  std::map<std::pair<std::string, int>, DeviceReading> last_reading_;
+  std::vector<std::function<void()>> node_removers_;  // guarded by mu_; this scrape's adctl_gpu_*
 };
 
 }  // namespace adctl

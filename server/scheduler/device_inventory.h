@@ -1,31 +1,33 @@
-// What adctld can hand to ranks: GPUs found through NVML, or `--cpu-slots N` CPU slots.
-//
-// NVML is loaded with dlopen("libnvidia-ml.so.1") at run time, so adctld has no CUDA build or
-// link dependency and runs unchanged on a CPU-only machine. Thread-compatible value types;
-// `ProbeNvml` may be called from any thread.
+// What adctld can hand to ranks: GPUs found through NVML (common/nvml.h, loaded at run time, so
+// adctld runs unchanged on a CPU-only machine), or `--cpu-slots N` CPU slots. Thread-compatible
+// value types; the functions may be called from any thread.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/nvml.h"
 #include "common/status.h"
 
 namespace adctl {
 
 struct Device {
-  std::string name;   // what CUDA_VISIBLE_DEVICES gets ("0") or "cpu0" for a CPU slot
+  std::string name;   // what CUDA_VISIBLE_DEVICES gets ("0", the NVML index) or "cpu0"
   std::string kind;   // "gpu" | "cpu"
   std::string model;  // "NVIDIA H200"
   std::string uuid;
   int64_t memory_total_bytes = 0;
   int64_t memory_used_bytes = 0;
+  // The last NVML sample (RefreshNvml); all negative for CPU slots, which have none.
+  DeviceReading reading;
 };
 
-// GPUs visible through NVML; Unavailable when the library or a driver is missing.
+// GPUs visible through NVML, sampled once; Unavailable when the library or a driver is missing.
 Result<std::vector<Device>> ProbeNvml();
-// Refreshes memory use of GPUs (no-op for CPU slots or without NVML).
-void RefreshNvmlMemory(std::vector<Device>* devices);
+// Samples the GPUs again (utilisation, memory, power, temperature, SM clock); CPU slots and a
+// machine without NVML are left as they are.
+void RefreshNvml(std::vector<Device>* devices);
 std::vector<Device> CpuSlots(int count);
 
 }  // namespace adctl

@@ -155,6 +155,15 @@ CREATE TABLE samples (
 ALTER TABLE metrics ADD COLUMN mfu_ratio REAL NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN mfu_ratio REAL NOT NULL DEFAULT 0;
 )sql",
+    // 5: the rank's device at each step (negative: not measured; older rows have none).
+    R"sql(
+ALTER TABLE metrics ADD COLUMN gpu_utilization REAL NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN gpu_memory_used_bytes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN gpu_memory_total_bytes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN gpu_power_watts REAL NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN gpu_temperature_celsius REAL NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN gpu_sm_clock_hertz REAL NOT NULL DEFAULT -1;
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {

@@ -114,6 +114,13 @@ struct MetricRecord {
   int64_t samples_seen = 0;
   int64_t peak_memory_bytes = 0;
   double mfu_ratio = 0;  // model FLOPs utilisation of the rank's GPU; 0 unknown (CPU)
+  // The rank's device (v1::MetricPoint, common/nvml.h); negative: not measured.
+  double gpu_utilization = -1;
+  int64_t gpu_memory_used_bytes = -1;
+  int64_t gpu_memory_total_bytes = -1;
+  double gpu_power_watts = -1;
+  double gpu_temperature_celsius = -1;
+  double gpu_sm_clock_hertz = -1;
 };
 
 // The measured values of one metric point, listed once: the store's columns and the conversion
@@ -136,6 +143,12 @@ void ForEachMetricValue(Record& m, F&& f) {
   f("samples_seen", m.samples_seen);
   f("peak_memory_bytes", m.peak_memory_bytes);
   f("mfu_ratio", m.mfu_ratio);
+  f("gpu_utilization", m.gpu_utilization);
+  f("gpu_memory_used_bytes", m.gpu_memory_used_bytes);
+  f("gpu_memory_total_bytes", m.gpu_memory_total_bytes);
+  f("gpu_power_watts", m.gpu_power_watts);
+  f("gpu_temperature_celsius", m.gpu_temperature_celsius);
+  f("gpu_sm_clock_hertz", m.gpu_sm_clock_hertz);
 }
 
 struct CheckpointRecord {

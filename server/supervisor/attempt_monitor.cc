@@ -98,14 +98,17 @@ std::string AttemptMonitor::WaitReason(const std::string& job_id) {
 
 std::vector<DeviceStatus> AttemptMonitor::Devices() {
   std::vector<Device> devices = options_.devices;
-  RefreshNvmlMemory(&devices);
+  RefreshNvml(&devices);
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<DeviceStatus> out;
   for (const Device& d : devices) {
     DeviceStatus s;
     s.device = d;
     for (const auto& [id, a] : active_) {
-      if (std::find(a.devices.begin(), a.devices.end(), d.name) != a.devices.end()) s.job_id = id;
+      auto it = std::find(a.devices.begin(), a.devices.end(), d.name);
+      if (it == a.devices.end()) continue;
+      s.job_id = id;
+      s.rank = static_cast<int>(it - a.devices.begin());
     }
     out.push_back(s);
   }

@@ -36,6 +36,7 @@ namespace adctl {
 struct DeviceStatus {
   Device device;
   std::string job_id;  // holder, "" when free
+  int rank = -1;       // the holder's rank on it
 };
 
 // The monitor's view of one rank of an attempt.

@@ -12,7 +12,8 @@ namespace {
 
 bool IsRankOwnedVariable(const std::string& key) {
   return key.rfind("ADCTL_", 0) == 0 || key == "RANK" || key == "LOCAL_RANK" ||
-         key == "WORLD_SIZE" || key == "CUDA_VISIBLE_DEVICES" || key == "LOCAL_WORLD_SIZE";
+         key == "WORLD_SIZE" || key == "CUDA_VISIBLE_DEVICES" || key == "CUDA_DEVICE_ORDER" ||
+         key == "LOCAL_WORLD_SIZE";
 }
 
 bool IsCpu(const AttemptLaunchInput& input) {
@@ -74,6 +75,9 @@ std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input,
     for (std::string& arg : assignment.ToArgv()) l.argv.push_back(std::move(arg));
     l.env = base_env;
     l.env.emplace_back("CUDA_VISIBLE_DEVICES", cpu ? "" : input.devices[rank]);
+    // Device names are NVML indices (PCI bus order); CUDA numbers the fastest GPU first unless
+    // told otherwise, which on a mixed machine is another GPU than the one adctld handed out.
+    if (!cpu) l.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     l.env.emplace_back(kWorkerTokenEnv, input.token);
     l.log_path = layout.rank_log(input.attempt, rank);
     l.exit_path = layout.rank_exit(input.attempt, rank);

@@ -53,6 +53,7 @@ TEST(LaunchPlanTest, EachRankGetsItsAssignmentOnTheCommandLine) {
     EXPECT_EQ(l.exit_path, "/data/jobs/j1/logs/attempt-2/rank-" + std::to_string(rank) + ".exit");
     auto env = ToMap(l.env);
     EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], rank == 0 ? "GPU-a" : "GPU-b");
+    EXPECT_EQ(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");  // CUDA's numbering = NVML's
     EXPECT_EQ(env[kWorkerTokenEnv], "secret");
     EXPECT_EQ(env.count("RANK"), 0u);  // argv, not env, carries the assignment
   }
@@ -76,6 +77,7 @@ TEST(LaunchPlanTest, BaseEnvironmentDropsRankOwnedVariablesAndAddsDefaults) {
   auto gpu_env = ToMap(WorkerBaseEnvironment({"PATH=/bin"}, Input({"GPU-a"})));
   EXPECT_EQ(gpu_env.count("OMP_NUM_THREADS"), 0u);
   EXPECT_EQ(ToMap(PlanAttemptLaunch(cpu, {})[1].env)["CUDA_VISIBLE_DEVICES"], "");
+  EXPECT_EQ(ToMap(PlanAttemptLaunch(cpu, {})[1].env).count("CUDA_DEVICE_ORDER"), 0u);
 }
 
 }  // namespace

@@ -145,6 +145,12 @@ void CoordinatorClient::OnStep(const StepReport& r) {
   p.set_samples_seen(r.samples_seen);
   p.set_peak_memory_bytes(r.peak_memory_bytes);
   p.set_mfu_ratio(r.mfu_ratio);
+  p.set_gpu_utilization(r.device.utilization);
+  p.set_gpu_memory_used_bytes(r.device.memory_used_bytes);
+  p.set_gpu_memory_total_bytes(r.device.memory_total_bytes);
+  p.set_gpu_power_watts(r.device.power_watts);
+  p.set_gpu_temperature_celsius(r.device.temperature_celsius);
+  p.set_gpu_sm_clock_hertz(r.device.sm_clock_hertz);
   last_step_ = r.step;
   std::lock_guard<std::mutex> lock(mu_);
   if (metrics_.size() >= kMaxQueuedMetrics) metrics_.pop_front();

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/nvml.h"
+
 namespace adctl {
 
 // One optimizer step as seen by one rank. Loss is the mean over ranks (identical on every rank).
@@ -27,6 +29,7 @@ struct StepReport {
   int64_t samples_seen = 0;              // global clips consumed so far
   int64_t peak_memory_bytes = 0;         // device memory high-water mark (0 on CPU)
   double mfu_ratio = 0;                  // model FLOPs utilisation of this GPU (0 on CPU)
+  DeviceReading device;                  // the rank's GPU or CPU slot (device_sampler.h)
 };
 
 struct CheckpointReport {

@@ -22,6 +22,7 @@
 #include "worker/model/flops.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
+#include "worker/report/device_sampler.h"
 #include "worker/sample/validation.h"
 #include "worker/train/optimizer.h"
 #include "worker/video/ffmpeg_log.h"
@@ -83,6 +84,7 @@ class Run {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
     }
+    device_sampler_.emplace(device_.is_cuda(), torch::get_num_threads());
     if (const std::string why = compat::SelectAttentionKernels(Name(spec_.train.attention));
         !why.empty()) {
       return Failure{kExitBadSpec, "train.attention: " + why};
@@ -408,6 +410,7 @@ class Run {
         r.samples_seen = samples_seen_;
         r.peak_memory_bytes = PeakMemory();
         r.mfu_ratio = Mfu(r.clips_per_second / std::max(1, o_.world_size));
+        r.device = device_sampler_->Sample();
         reporter_.OnStep(r);
       }
       // Every rank gets the same answer (same spec, same step).
@@ -584,6 +587,7 @@ class Run {
   std::unique_ptr<KeyValueStore> own_store_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::optional<DeviceSampler> device_sampler_;  // set by Setup
   std::optional<double> mfu_scale_;  // training FLOPs per clip / GPU peak, set at first use
   std::unique_ptr<ValidationRenderer> validation_;  // rank 0, when validation.prompts is set
   std::string last_checkpoint_path_;
