@@ -313,11 +313,21 @@ std::string JobMetrics::Scrape() {
       jobs_.Add({{"state", JobStateName(state)}}).Set(static_cast<double>(n));
     }
   }
-  if (auto active = store_->ListActiveJobs(); active.ok()) {
-    for (const JobRecord& j : active.value()) {
-      WithSeries(job_info_, j.id, {{"job_id", j.id}, {"name", j.name}},
-                 [](prometheus::Gauge& g) { g.Set(1); });
-    }
+  // Running jobs, and ended ones whose series are still kept: a job that ran between two
+  // scrapes has its info next to its other series.
+  std::vector<JobRecord> listed;
+  if (auto active = store_->ListActiveJobs(); active.ok()) listed = std::move(active.value());
+  std::vector<std::string> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, at] : finished_at_) ended.push_back(id);
+  }
+  for (const std::string& id : ended) {
+    if (auto j = store_->GetJob(id); j.ok()) listed.push_back(std::move(j.value()));
+  }
+  for (const JobRecord& j : listed) {
+    WithSeries(job_info_, j.id, {{"job_id", j.id}, {"name", j.name}},
+               [](prometheus::Gauge& g) { g.Set(1); });
   }
   std::function<std::vector<DeviceStatus>()> live;
   {

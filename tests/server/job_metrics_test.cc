@@ -126,5 +126,75 @@ TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
   EXPECT_GT(metrics.SeriesOf("j-1"), 0u);
 }
 
+TEST_F(JobMetricsTest, AJobThatEndedBetweenTwoScrapesStillHasItsInfoSeries) {
+  JobMetrics metrics(store_.get());
+  metrics.OnMetrics({Point(0, 1)});
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kCancelled, "test").ok());
+  metrics.OnJobFinished("j-1", JobState::kCancelled);
+  const std::string text = metrics.Scrape();
+  EXPECT_THAT(text, HasSubstr("adctl_job_info{job_id=\"j-1\",name=\"tiny\"} 1"));
+  EXPECT_THAT(text, HasSubstr("adctl_train_loss{job_id=\"j-1\"}"));
+}
+
+TEST_F(JobMetricsTest, RankAndNodeDeviceSeriesCarryWhatWasMeasuredAndNothingElse) {
+  TransitionChanges c;
+  c.attempt = 1;
+  c.devices = std::vector<std::string>{"cpu0", "cpu1"};
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kStarting, "go", c).ok());
+  JobMetrics metrics(store_.get());
+  std::vector<DeviceStatus> live;
+  for (const Device& d : CpuSlots(3)) live.push_back({d, "", -1});
+  live[0].job_id = live[1].job_id = "j-1";
+  live[0].rank = 0;
+  live[1].rank = 1;
+  metrics.AttachDevices(CpuSlots(3), [&live] { return live; });
+
+  // A CPU rank measures its CPU share and memory; power, temperature and clock stay unmeasured.
+  MetricRecord cpu0 = Point(0, 1), cpu1 = Point(1, 1);
+  cpu0.gpu_utilization = 0.75;
+  cpu0.gpu_memory_used_bytes = 1000;
+  cpu0.gpu_memory_total_bytes = 8000;
+  cpu1.gpu_utilization = 0.5;
+  metrics.OnMetrics({cpu0, cpu1});
+  std::string text = metrics.Scrape();
+  for (const char* line : {
+           "adctl_rank_gpu_utilization_ratio{gpu=\"cpu0\",job_id=\"j-1\",rank=\"0\"} 0.75",
+           "adctl_rank_gpu_memory_used_bytes{gpu=\"cpu0\",job_id=\"j-1\",rank=\"0\"} 1000",
+           "adctl_rank_gpu_memory_total_bytes{gpu=\"cpu0\",job_id=\"j-1\",rank=\"0\"} 8000",
+           "adctl_rank_gpu_utilization_ratio{gpu=\"cpu1\",job_id=\"j-1\",rank=\"1\"} 0.5",
+           "adctl_rank_gpu_info{gpu=\"cpu1\",job_id=\"j-1\",model=\"",
+           // Per node: every slot, busy or not, with its holder; a busy slot has its rank's
+           // numbers.
+           "adctl_gpu_info{gpu=\"cpu0\",job_id=\"j-1\",kind=\"cpu\"",
+           "adctl_gpu_info{gpu=\"cpu2\",job_id=\"\",kind=\"cpu\"",
+           "adctl_gpu_utilization_ratio{gpu=\"cpu0\"} 0.75",
+           "adctl_gpu_utilization_ratio{gpu=\"cpu1\"} 0.5",
+           "adctl_gpu_memory_used_bytes{gpu=\"cpu0\"} 1000",
+       }) {
+    EXPECT_THAT(text, HasSubstr(line));
+  }
+  // Never a number that was not measured: no power, temperature or clock on CPU slots, no
+  // memory for rank 1 (it sent none), nothing for the free slot.
+  for (const char* absent : {"adctl_rank_gpu_power_watts{", "adctl_rank_gpu_temperature_celsius{",
+                             "adctl_rank_gpu_sm_clock_hertz{", "adctl_gpu_power_watts{",
+                             "adctl_rank_gpu_memory_used_bytes{gpu=\"cpu1\"",
+                             "adctl_gpu_utilization_ratio{gpu=\"cpu2\"}"}) {
+    EXPECT_THAT(text, Not(HasSubstr(absent)));
+  }
+
+  // The holder changes between scrapes: the node series follow it.
+  live[0].job_id.clear();
+  live[0].rank = -1;
+  text = metrics.Scrape();
+  EXPECT_THAT(text, HasSubstr("adctl_gpu_info{gpu=\"cpu0\",job_id=\"\",kind=\"cpu\""));
+  EXPECT_THAT(text, Not(HasSubstr("adctl_gpu_utilization_ratio{gpu=\"cpu0\"}")));
+
+  // The rank series are the job's: they go with its other series.
+  JobMetrics short_lived(store_.get(), /*retain_seconds=*/0);
+  short_lived.OnMetrics({cpu0});
+  short_lived.OnJobFinished("j-1", JobState::kSucceeded);
+  EXPECT_THAT(short_lived.Scrape(), Not(HasSubstr("adctl_rank_gpu_")));
+}
+
 }  // namespace
 }  // namespace adctl

@@ -52,7 +52,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 4);
+  EXPECT_EQ(store_->schema_version(), 5);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
@@ -88,6 +88,12 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN mfu_ratio; "
                          "ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_utilization; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_memory_used_bytes; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_memory_total_bytes; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_power_watts; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_temperature_celsius; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_sm_clock_hertz; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -96,7 +102,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 4);
+  EXPECT_EQ(store_->schema_version(), 5);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   SampleRecord sample;
@@ -250,10 +256,19 @@ TEST_F(StoreTest, RanksMetricsCheckpointsKv) {
   m.step = 3;
   m.total_steps = 6;
   m.loss = 0.5;
+  m.gpu_utilization = 0.875;
+  m.gpu_memory_used_bytes = int64_t{3} << 32;
+  m.gpu_temperature_celsius = 61;
   ASSERT_TRUE(store_->AddMetrics({m, m}).ok());  // duplicate ignored
   auto points = store_->ListMetrics("j-1", 0);
   ASSERT_TRUE(points.ok());
-  EXPECT_EQ(points->size(), 1u);
+  ASSERT_EQ(points->size(), 1u);
+  // The device reading round-trips; what was not measured stays negative.
+  EXPECT_EQ((*points)[0].gpu_utilization, 0.875);
+  EXPECT_EQ((*points)[0].gpu_memory_used_bytes, int64_t{3} << 32);
+  EXPECT_EQ((*points)[0].gpu_temperature_celsius, 61);
+  EXPECT_LT((*points)[0].gpu_power_watts, 0);
+  EXPECT_LT((*points)[0].gpu_memory_total_bytes, 0);
   EXPECT_EQ(store_->GetJob("j-1")->progress.step, 3);
 
   CheckpointRecord ck;
