@@ -70,8 +70,9 @@ void PrintOutcome(const v1::Job& job) {
   }
 }
 
-// Polls GetJob until a terminal state; tolerates adctld restarts for up to 60 s.
-int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bool quiet) {
+// Polls GetJob until a terminal state, then prints the outcome (`json`: the final job as JSON);
+// tolerates adctld restarts for up to 60 s.
+int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bool json) {
   const double deadline = timeout_seconds > 0 ? Now() + timeout_seconds : 0;
   double unreachable_since = 0;
   bool ever_connected = false;
@@ -85,7 +86,11 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
       unreachable_since = 0;
       ever_connected = true;
       if (IsTerminalState(job.state())) {
-        if (!quiet) PrintOutcome(job);
+        if (json) {
+          std::cout << ToJson(job) << "\n";
+        } else {
+          PrintOutcome(job);
+        }
         return ExitCodeFor(job.state());
       }
     } else if (ever_connected && (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -105,10 +110,11 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
   }
 }
 
-// Streams WatchJob with a live progress line until the job ends; reconnects across adctld
-// restarts (resuming after the last event seen).
-int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
-  const bool tty = isatty(STDOUT_FILENO);
+// Streams WatchJob with a live progress line until the job ends (`json`: each update as one JSON
+// line, the job snapshot, an event or a metric point, and nothing else on stdout); reconnects
+// across adctld restarts (resuming after the last event seen).
+int FollowJob(Client& client, const std::string& id, double timeout_seconds, bool json) {
+  const bool tty = !json && isatty(STDOUT_FILENO);
   const double deadline = timeout_seconds > 0 ? Now() + timeout_seconds : 0;
   int64_t last_event = 0;
   double unreachable_since = 0;
@@ -136,6 +142,15 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
     while (reader->Read(&update)) {
       unreachable_since = 0;
       ever_connected = true;
+      if (json) {
+        if (update.has_event()) last_event = update.event().id();
+        if (update.has_job()) {
+          job = update.job();
+          have_job = true;
+        }
+        std::cout << ToJson(update, /*one_line=*/true) << "\n" << std::flush;
+        continue;
+      }
       if (update.has_event()) {
         const v1::Event& e = update.event();
         last_event = e.id();
@@ -162,7 +177,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds) {
     grpc::Status st = reader->Finish();
     if (line_open) std::cout << "\n";
     if (st.ok() && have_job && IsTerminalState(job.state())) {
-      PrintOutcome(job);
+      if (!json) PrintOutcome(job);
       return ExitCodeFor(job.state());
     }
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && deadline > 0 &&
@@ -245,12 +260,16 @@ int Submit(Client& c, const Globals& g, const SubmitArgs& a) {
   req.set_submission_id(a.submission_id);
   v1::SubmitJobResponse resp;
   if (int rc = c.Call(&Stub::SubmitJob, req, &resp); rc != 0) return rc;
-  if (!PrintedAsJson(g, resp)) {
+  // With -o json and --wait / --follow, stdout is the outcome only (the final job, or the
+  // update lines whose first one is the job as submitted).
+  if (g.json() && (a.wait || a.follow)) {
+    if (!resp.created()) std::cerr << "already submitted " << resp.job().id() << "\n";
+  } else if (!PrintedAsJson(g, resp)) {
     std::cout << (resp.created() ? "submitted " : "already submitted ") << resp.job().id() << " ("
               << resp.job().name() << ", " << resp.job().gpus() << " rank(s), "
               << StateName(resp.job().state()) << ")\n";
   }
-  if (a.follow) return FollowJob(c, resp.job().id(), a.timeout);
+  if (a.follow) return FollowJob(c, resp.job().id(), a.timeout, g.json());
   if (a.wait) return WaitForJob(c, resp.job().id(), a.timeout, g.json());
   return 0;
 }
@@ -261,7 +280,9 @@ int List(Client& c, const Globals& g, const ListArgs& a) {
     v1::JobState state;
     std::string upper = s;
     for (auto& ch : upper) ch = static_cast<char>(toupper(ch));
-    if (!v1::JobState_Parse("JOB_STATE_" + upper, &state)) {
+    // RUNNING and the API's JOB_STATE_RUNNING (what -o json prints) are both accepted.
+    if (upper.rfind("JOB_STATE_", 0) != 0) upper = "JOB_STATE_" + upper;
+    if (upper == "JOB_STATE_UNSPECIFIED" || !v1::JobState_Parse(upper, &state)) {
       std::cerr << "adctl: --state " << s << ": unknown state\n";
       return kExitUsage;
     }
@@ -613,7 +634,7 @@ int main(int argc, char** argv) {
   double timeout = 0;
   auto* watch = add_job_command("watch", "live progress until the job ends; exit code by outcome");
   watch->add_option("--timeout", timeout, "give up after S seconds (exit 4)");
-  watch->callback(run([&](Client& c) { return FollowJob(c, job_id, timeout); }));
+  watch->callback(run([&](Client& c) { return FollowJob(c, job_id, timeout, g.json()); }));
 
   StopArgs stop;
   auto* cancel = add_job_command("cancel", "stop a job for good (SIGTERM, grace, SIGKILL)");

@@ -7,10 +7,10 @@
 
 namespace adctl::cli {
 
-std::string ToJson(const google::protobuf::Message& message) {
+std::string ToJson(const google::protobuf::Message& message, bool one_line) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
+  options.add_whitespace = !one_line;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);

@@ -11,7 +11,8 @@
 
 namespace adctl::cli {
 
-std::string ToJson(const google::protobuf::Message& message);
+// Indented, or `one_line` for JSON lines (one object per line: --follow / watch).
+std::string ToJson(const google::protobuf::Message& message, bool one_line = false);
 // "QUEUED" for JOB_STATE_QUEUED.
 std::string StateName(v1::JobState state);
 bool IsTerminalState(v1::JobState state);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -517,6 +518,15 @@ Status AtLeast(const char* path, T value, T minimum) {
                          Show(value));
 }
 
+// [minimum, maximum]: sane bounds, so a typo or a hostile number cannot wrap or overflow later
+// (a priority past int32, a grace period of 1e300 seconds).
+template <typename T>
+Status Within(const char* path, T value, T minimum, T maximum) {
+  if (value >= minimum && value <= maximum) return Status::Ok();
+  return InvalidArgument(std::string(path) + ": must be in [" + Show(minimum) + ", " +
+                         Show(maximum) + "], got " + Show(value));
+}
+
 Status Finite(const char* path, double value) {
   if (std::isfinite(value)) return Status::Ok();
   return InvalidArgument(std::string(path) + ": must be a finite number, got " + Show(value));
@@ -539,6 +549,42 @@ Status UnitInterval(const char* path, double value) {
   return InvalidArgument(std::string(path) + ": must be in [0, 1), got " + Show(value));
 }
 
+// Bounds on what a spec may ask for; README.md ("Job spec") lists them.
+constexpr size_t kMaxSpecBytes = 1 << 20;
+constexpr int64_t kMaxSteps = 1'000'000'000;
+constexpr int64_t kMaxPriority = 1'000'000;
+
+// Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+std::optional<size_t> FirstInvalidUtf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    size_t len = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 63) return false;
   for (unsigned char c : name) {
@@ -555,6 +601,19 @@ constexpr int64_t kTinyMaxFrames = 32;
 
 Result<JobSpec> ParseJobSpec(const std::string& yaml_text,
                              const std::vector<std::string>& overrides) {
+  if (yaml_text.size() > kMaxSpecBytes) {
+    return InvalidArgument("spec: " + std::to_string(yaml_text.size()) + " bytes, more than the " +
+                           std::to_string(kMaxSpecBytes) + " a job spec may have");
+  }
+  if (auto bad = FirstInvalidUtf8(yaml_text)) {
+    return InvalidArgument("spec: not valid UTF-8 at byte " + std::to_string(*bad));
+  }
+  for (const std::string& o : overrides) {
+    if (auto bad = FirstInvalidUtf8(o)) {
+      return InvalidArgument("--set: not valid UTF-8 at byte " + std::to_string(*bad) + " of '" +
+                             o.substr(0, *bad) + "'");
+    }
+  }
   Result<YAML::Node> loaded = LoadYaml(yaml_text, "spec");
   if (!loaded.ok()) return loaded.status();
   YAML::Node root = loaded.value();
@@ -700,15 +759,16 @@ Status ValidateJobSpec(const JobSpec& s) {
 
   // train
   const TrainSpec& t = s.train;
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.max_steps", t.max_steps, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.batch_size", t.batch_size, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.grad_accum", t.grad_accum, 1));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_steps", t.max_steps, 1, kMaxSteps));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.batch_size", t.batch_size, 1, 4096));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.grad_accum", t.grad_accum, 1, 65536));
   ADCTL_RETURN_IF_ERROR(Positive("train.lr", t.lr));
+  ADCTL_RETURN_IF_ERROR(Within("train.lr", t.lr, 0.0, 1.0));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta1", t.beta1));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta2", t.beta2));
   ADCTL_RETURN_IF_ERROR(NonNegative("train.weight_decay", t.weight_decay));
   ADCTL_RETURN_IF_ERROR(Positive("train.eps", t.eps));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.warmup_steps", t.warmup_steps, 0));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.warmup_steps", t.warmup_steps, 0, kMaxSteps));
   ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.caption_dropout", t.caption_dropout));
@@ -788,12 +848,20 @@ Status ValidateJobSpec(const JobSpec& s) {
 
   // resources
   const ResourceSpec& r = s.resources;
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("resources.gpus", r.gpus, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("resources.max_restarts", r.max_restarts, 0));
+  constexpr double kDay = 86400;
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.gpus", r.gpus, 1, 4096));
+  ADCTL_RETURN_IF_ERROR(
+      Within<int64_t>("resources.priority", r.priority, -kMaxPriority, kMaxPriority));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.max_restarts", r.max_restarts, 0, 1000));
   ADCTL_RETURN_IF_ERROR(NonNegative("resources.grace_seconds", r.grace_seconds));
+  ADCTL_RETURN_IF_ERROR(Within("resources.grace_seconds", r.grace_seconds, 0.0, kDay));
   ADCTL_RETURN_IF_ERROR(
       Positive("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds));
+  ADCTL_RETURN_IF_ERROR(
+      Within("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds, 0.0, kDay));
   ADCTL_RETURN_IF_ERROR(NonNegative("resources.hang_timeout_seconds", r.hang_timeout_seconds));
+  ADCTL_RETURN_IF_ERROR(
+      Within("resources.hang_timeout_seconds", r.hang_timeout_seconds, 0.0, 7 * kDay));
   ADCTL_RETURN_IF_ERROR(NonNegative("resources.peak_tflops", r.peak_tflops));
   return Status::Ok();
 }

@@ -4,17 +4,20 @@
 // gRPC (with server reflection), /metrics + /healthz + a JSON API over HTTP, and launches one
 // adworker per rank. Stopping adctld (SIGTERM/SIGINT) leaves running jobs running: a restarted
 // adctld re-attaches them.
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -48,6 +51,35 @@ bool SplitHostPort(const std::string& address, std::string* host, int* port) {
     return false;
   }
   return *port >= 0 && *port < 65536;
+}
+
+// One adctld per data directory: an exclusive lock on <data>/adctld.lock for the daemon's life
+// (released by the kernel however it ends). O_CLOEXEC: ranks it launches do not inherit it, so
+// ranks that outlive a killed adctld do not keep its successor out. Returns the fd, or -1 with
+// `error` naming the holder.
+int LockDataDir(const std::string& data_dir, std::string* error) {
+  const std::string path = data_dir + "/adctld.lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = "--data-dir " + data_dir + ": cannot open " + path + ": " + strerror(errno);
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    *error = "--data-dir " + data_dir + ": another adctld" +
+             (pid.empty() ? std::string() : " (pid " + pid + ")") +
+             " already uses it; stop that one or pick another --data-dir";
+    close(fd);
+    return -1;
+  }
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    spdlog::warn("{}: cannot write the pid: {}", path, strerror(errno));
+  }
+  return fd;
 }
 
 int PickFreePort() {
@@ -134,6 +166,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   data_dir = std::filesystem::canonical(data_dir).string();
+  std::string lock_error;
+  const int lock_fd = LockDataDir(data_dir, &lock_error);
+  if (lock_fd < 0) {
+    spdlog::error("{}", lock_error);
+    return 1;
+  }
 
   auto worker = adctl::ResolveWorkerBinary(worker_binary);
   if (!worker.ok()) {
@@ -177,13 +215,22 @@ int main(int argc, char** argv) {
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default on Linux, so a second daemon could share the port and take
+  // half the calls; without it a taken port is an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Requests are small (a spec is at most 1 MiB); answers stream artifacts in 1 MiB chunks.
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.SetMaxSendMessageSize(16 << 20);
   int bound_port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
-    spdlog::error("cannot listen for gRPC on {}", listen);
+    spdlog::error(
+        "--listen {}: cannot listen for gRPC there (is the port taken, e.g. by another "
+        "adctld?)",
+        listen);
     return 1;
   }
 
@@ -236,5 +283,6 @@ int main(int argc, char** argv) {
   supervisor.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http_server.Stop();
+  close(lock_fd);
   return 0;
 }

@@ -118,6 +118,7 @@ void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {
   out->set_path(checkpoint.path);
   out->set_size_bytes(checkpoint.size_bytes);
   out->set_created_at(checkpoint.created_at);
+  out->set_save_seconds(checkpoint.save_seconds);
   out->set_attempt(checkpoint.attempt);
   out->set_on_disk(checkpoint.on_disk);
 }

@@ -57,6 +57,11 @@ Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& s
 Result<std::vector<EventRecord>> JobQueries::ListEvents(const std::string& job_id, int64_t after_id,
                                                         int limit) const {
   ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  if (limit < 0)
+    return InvalidArgument("limit: must be >= 0 (0: all), got " + std::to_string(limit));
+  if (after_id < 0) {
+    return InvalidArgument("after_event_id: must be >= 0, got " + std::to_string(after_id));
+  }
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
   return store_->ListEvents(job_id, after_id, limit);
@@ -82,6 +87,7 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
       out.path = c.path;
       out.size_bytes = c.size_bytes;
       out.created_at = c.created_at;
+      out.save_seconds = c.save_seconds;
       out.attempt = c.attempt;
     }
   }

@@ -148,7 +148,16 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
   ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
   auto cursor = queries_->StartWatch(req->job_id(), req->after_event_id());
   if (!cursor.ok()) return ToGrpcStatus(cursor.status());
+  // The job as it is first, so a client knows where it stands before any event or metric.
   std::string last_snapshot;
+  {
+    auto job = LoadJob(req->job_id(), /*with_ranks=*/false);  // as Watch's snapshots are
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    v1::JobUpdate u;
+    *u.mutable_job() = std::move(job.value());
+    last_snapshot = u.job().SerializeAsString();
+    if (!writer->Write(u)) return grpc::Status::OK;
+  }
   uint64_t version = 0;
   while (!ctx->IsCancelled()) {
     auto batch = queries_->Watch(req->job_id(), &cursor.value());
@@ -232,8 +241,9 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
       continue;
     }
     if (!req->follow()) return grpc::Status::OK;
-    // Ends exactly at the terminal state: the last bytes were read after it was recorded.
-    if (IsTerminal(job.state) || job.state == JobState::kPaused) return grpc::Status::OK;
+    // Ends exactly at the terminal state: the last bytes were read after it was recorded. A
+    // paused job is not over: following goes on into the attempt its resume starts.
+    if (IsTerminal(job.state)) return grpc::Status::OK;
     queries_->WaitForChange(&version, 250);
   }
   return grpc::Status::OK;

@@ -149,6 +149,11 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
   if (!static_dir_.empty() && std::filesystem::is_directory(static_dir_)) {
     s.set_mount_point("/", static_dir_);
   }
+  // httplib's default adds SO_REUSEPORT, which lets a second daemon share a taken port.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   int bound = port;
   if (port == 0) {
     bound = s.bind_to_any_port(host);
@@ -156,7 +161,9 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
     bound = -1;
   }
   if (bound <= 0) {
-    return Unavailable("cannot listen for HTTP on " + host + ":" + std::to_string(port));
+    return Unavailable("--http " + host + ":" + std::to_string(port) +
+                       ": cannot listen for HTTP there (is the port taken, e.g. by another "
+                       "adctld?)");
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return bound;

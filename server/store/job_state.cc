@@ -31,8 +31,11 @@ const char* JobStateName(JobState state) {
 }
 
 std::optional<JobState> JobStateFromName(const std::string& name) {
+  // Also the API's enum names (JOB_STATE_RUNNING), which `adctl -o json` prints.
+  const char* bare = name.c_str();
+  if (strncasecmp(bare, "JOB_STATE_", 10) == 0) bare += 10;
   for (JobState s : kAllJobStates) {
-    if (strcasecmp(name.c_str(), JobStateName(s)) == 0) return s;
+    if (strcasecmp(bare, JobStateName(s)) == 0) return s;
   }
   return std::nullopt;
 }

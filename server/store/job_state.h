@@ -44,7 +44,8 @@ constexpr JobState kAllJobStates[] = {
 
 // "RUNNING".
 const char* JobStateName(JobState state);
-std::optional<JobState> JobStateFromName(const std::string& name);  // case-insensitive
+// Case-insensitive; "RUNNING" and the API's "JOB_STATE_RUNNING" both name kRunning.
+std::optional<JobState> JobStateFromName(const std::string& name);
 bool IsTerminal(JobState state);
 // States in which processes of an attempt may be alive.
 bool HasLiveAttempt(JobState state);

@@ -61,6 +61,12 @@ Result<JobRecord> JobManager::EndRestartWait(AttemptControl* attempt, JobState t
 }
 
 Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& request) {
+  constexpr size_t kMaxSubmissionId = 128;
+  if (request.submission_id.size() > kMaxSubmissionId) {
+    return InvalidArgument("submission_id: at most " + std::to_string(kMaxSubmissionId) +
+                           " characters, got " + std::to_string(request.submission_id.size()) +
+                           " ('" + request.submission_id.substr(0, 32) + "...')");
+  }
   auto parsed = ParseJobSpec(request.spec_yaml, request.overrides);
   if (!parsed.ok()) return parsed.status();
   JobSpec spec = parsed.value();

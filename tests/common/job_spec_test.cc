@@ -89,6 +89,19 @@ TEST(JobSpecTest, WrongTypesNameFieldAndExpectation) {
   EXPECT_THAT(ParseError("model: {preset: tiny\n").message(), HasSubstr("YAML error at line"));
 }
 
+TEST(JobSpecTest, OversizedOrInvalidUtf8SpecsAreRefused) {
+  const std::string big = std::string(kTiny) + "# " + std::string(2 << 20, 'x') + "\n";
+  EXPECT_THAT(ParseError(big).message(), HasSubstr("more than the 1048576 a job spec may have"));
+  EXPECT_THAT(ParseError("name: \"caf\xc3\"\n").message(),
+              HasSubstr("spec: not valid UTF-8 at byte 10"));
+  EXPECT_THAT(ParseError("name: \xed\xa0\x80\n").message(),  // a surrogate
+              HasSubstr("not valid UTF-8 at byte 6"));
+  EXPECT_THAT(ParseError(kTiny, {"name=\xff"}).message(), HasSubstr("--set: not valid UTF-8"));
+  // Multi-byte text is fine where strings are free-form.
+  EXPECT_TRUE(
+      ParseJobSpec(std::string(kTiny) + "# caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x8e\xac\n").ok());
+}
+
 TEST(JobSpecTest, DuplicateKeysAreErrors) {
   EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain:\n  lr: 1\n  lr: 2\n").message(),
               HasSubstr("train.lr"));
@@ -145,13 +158,22 @@ struct ValidationCase {
 TEST(JobSpecTest, ValidationNamesFieldAndValue) {
   const std::vector<ValidationCase> cases = {
       {{"train.lr=0"}, "train.lr: must be > 0, got 0"},
-      {{"train.batch_size=0"}, "train.batch_size: must be >= 1, got 0"},
-      {{"train.grad_accum=0"}, "train.grad_accum: must be >= 1, got 0"},
-      {{"train.max_steps=0"}, "train.max_steps: must be >= 1, got 0"},
-      {{"resources.gpus=0"}, "resources.gpus: must be >= 1, got 0"},
+      // Bounds: nothing may wrap or overflow further on.
+      {{"train.lr=5"}, "train.lr: must be in [0, 1], got 5"},
+      {{"train.batch_size=100000"}, "train.batch_size: must be in [1, 4096], got 100000"},
+      {{"resources.priority=-2147483649"},
+       "resources.priority: must be in [-1000000, 1000000], got -2147483649"},
+      {{"resources.grace_seconds=1e300"}, "resources.grace_seconds: must be in [0, 86400]"},
+      {{"resources.rendezvous_timeout_seconds=1e9"},
+       "resources.rendezvous_timeout_seconds: must be in [0, 86400]"},
+      {{"resources.max_restarts=1000000"}, "resources.max_restarts: must be in [0, 1000]"},
+      {{"train.batch_size=0"}, "train.batch_size: must be in [1, 4096], got 0"},
+      {{"train.grad_accum=0"}, "train.grad_accum: must be in [1, 65536], got 0"},
+      {{"train.max_steps=0"}, "train.max_steps: must be in [1, 1000000000], got 0"},
+      {{"resources.gpus=0"}, "resources.gpus: must be in [1, 4096], got 0"},
       {{"checkpoint.keep_last=0"}, "checkpoint.keep_last: must be >= 1, got 0"},
       {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps: must be >= 0, got -1"},
-      {{"train.warmup_steps=-1"}, "train.warmup_steps: must be >= 0, got -1"},
+      {{"train.warmup_steps=-1"}, "train.warmup_steps: must be in [0, 1000000000], got -1"},
       {{"train.betas=[1.0, 0.9]"}, "train.beta1: must be in [0, 1), got 1"},
       {{"train.beta2=-0.1"}, "train.beta2: must be in [0, 1), got -0.1"},
       {{"train.eps=0"}, "train.eps: must be > 0"},
@@ -202,7 +224,7 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
        "model.motion_adapter: '/c' needs model.pretrained or model.unet2d"},
       {{"model.motion_module_file=/f.safetensors"},
        "model.motion_module_file: '/f.safetensors' needs"},
-      {{"resources.max_restarts=-1"}, "resources.max_restarts: must be >= 0"},
+      {{"resources.max_restarts=-1"}, "resources.max_restarts: must be in [0, 1000], got -1"},
       {{"resources.grace_seconds=-1"}, "resources.grace_seconds: must be >= 0"},
       {{"resources.rendezvous_timeout_seconds=0"},
        "resources.rendezvous_timeout_seconds: must be > 0"},

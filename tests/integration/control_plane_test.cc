@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/integration/harness.h"
@@ -74,9 +76,14 @@ class ControlPlaneTest : public ::testing::Test {
 TEST_F(ControlPlaneTest, SubmitRunsToSucceededWithACheckpointOnDisk) {
   Coordinator& c = *coordinator_;
   auto spec = c.WriteSpec("tiny", TinySpec(6));
-  CommandResult r = c.Adctl({"submit", spec, "--wait", "--timeout", "240"});
+  // With -o json, `submit --wait` prints the final job and nothing else (CI pipes it to jq).
+  CommandResult r = c.Adctl({"-o", "json", "submit", spec, "--wait", "--timeout", "240"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  auto jobs = c.AdctlJson({"ls"});
+  auto final_job = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(final_job.is_object()) << r.out;
+  EXPECT_EQ(final_job["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(Step(final_job), 6);
+  auto jobs = c.AdctlJson({"ls", "--state", "JOB_STATE_SUCCEEDED"});
   ASSERT_EQ(jobs["jobs"].size(), 1u);
   std::string id = jobs["jobs"][0]["id"];
   auto job = c.Describe(id);
@@ -129,6 +136,11 @@ TEST_F(ControlPlaneTest, PauseThenResumeContinuesFromTheCheckpointStep) {
   std::string id = c.Submit(c.WriteSpec("pause", TinySpec(12)));
   c.WaitUntil(
       id, [](const nlohmann::json& j) { return Step(j) >= 3; }, 240, "step 3");
+  // Followers started now go on across the pause until the job ends.
+  auto watch = std::async(std::launch::async, [&] {
+    return c.Adctl({"-o", "json", "watch", id, "--timeout", "300"});
+  });
+  auto logs = std::async(std::launch::async, [&] { return c.Adctl({"logs", id, "-f"}); });
   ASSERT_EQ(c.Adctl({"pause", id}).exit_code, 0);
   auto paused = c.WaitState(id, "PAUSED", 120);
   const int64_t ckpt = CheckpointStep(paused);
@@ -142,6 +154,26 @@ TEST_F(ControlPlaneTest, PauseThenResumeContinuesFromTheCheckpointStep) {
   EXPECT_EQ(Step(done), 12);
   EXPECT_TRUE(AnyEventContains(id, "training resumed from checkpoint step " + std::to_string(ckpt)))
       << "events do not show a resume from step " << ckpt;
+
+  // `watch -o json`: JSON lines only, the job first, the last job snapshot SUCCEEDED.
+  CommandResult watched = watch.get();
+  EXPECT_EQ(watched.exit_code, 0) << watched.err;
+  std::istringstream lines(watched.out);
+  std::string line, last_state;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    auto update = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(update.is_object()) << "not a JSON line: " << line;
+    if (n++ == 0) {
+      EXPECT_TRUE(update.contains("job")) << line;
+    }
+    if (update.contains("job")) last_state = update["job"].value("state", "");
+  }
+  EXPECT_EQ(last_state, "JOB_STATE_SUCCEEDED");
+  // `logs -f` did not stop at PAUSED: it shows the resumed attempt's log too.
+  CommandResult followed = logs.get();
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_NE(followed.out.find("==> attempt 2 <=="), std::string::npos) << followed.out;
 }
 
 TEST_F(ControlPlaneTest, KilledRankRestartsFromCheckpointThenFailsWhenRestartsRunOut) {
@@ -233,6 +265,28 @@ TEST_F(ControlPlaneTest, MalformedSpecsAndUnknownIdsGetClearErrors) {
     EXPECT_NE(r.err.find("job j-nope: not found"), std::string::npos) << verb[0] << ": " << r.err;
   }
   EXPECT_TRUE(c.AdctlJson({"ls"})["jobs"].empty());  // nothing was created
+}
+
+TEST_F(ControlPlaneTest, OneAdctldPerDataDirectoryAndPort) {
+  Coordinator& c = *coordinator_;
+  const std::string other = c.dir() + "/other-data";
+  // The same data directory: refused, naming the directory and the daemon that has it.
+  auto same_dir = c.Run(AdctldPath(), {"--data-dir", c.dir() + "/data", "--listen", "127.0.0.1:0",
+                                       "--cpu-slots", "1"});
+  EXPECT_EQ(same_dir.exit_code, 1);
+  EXPECT_NE(same_dir.err.find("another adctld"), std::string::npos) << same_dir.err;
+  EXPECT_NE(same_dir.err.find(c.dir() + "/data"), std::string::npos) << same_dir.err;
+  // Another directory on the first one's gRPC or HTTP port: refused, naming the flag.
+  auto same_port = c.Run(AdctldPath(), {"--data-dir", other, "--listen", c.grpc_address(), "--http",
+                                        "127.0.0.1:0", "--cpu-slots", "1"});
+  EXPECT_EQ(same_port.exit_code, 1);
+  EXPECT_NE(same_port.err.find("--listen " + c.grpc_address()), std::string::npos) << same_port.err;
+  auto same_http = c.Run(AdctldPath(), {"--data-dir", other, "--listen", "127.0.0.1:0", "--http",
+                                        c.http_address(), "--cpu-slots", "1"});
+  EXPECT_EQ(same_http.exit_code, 1);
+  EXPECT_NE(same_http.err.find("--http " + c.http_address()), std::string::npos) << same_http.err;
+  // The first daemon still answers, alone.
+  EXPECT_EQ(c.Adctl({"gpus"}).exit_code, 0);
 }
 
 TEST_F(ControlPlaneTest, WaitExitCodesAndWhyAJobWaits) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -131,13 +132,20 @@ void Coordinator::Stop() {
 }
 
 CommandResult Coordinator::Adctl(const std::vector<std::string>& args) const {
-  static int counter = 0;
+  std::vector<std::string> all;
+  if (std::find(args.begin(), args.end(), "--server") == args.end()) {
+    all = {"--server", grpc_};
+  }
+  all.insert(all.end(), args.begin(), args.end());
+  return Run(AdctlPath(), all);
+}
+
+CommandResult Coordinator::Run(const std::string& program,
+                               const std::vector<std::string>& args) const {
+  static std::atomic<int> counter{0};  // commands may run from several threads
   const std::string base =
       dir_ + "/cmd-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
-  std::string cmd = ShellQuote(AdctlPath());
-  if (std::find(args.begin(), args.end(), "--server") == args.end()) {
-    cmd += " --server " + ShellQuote(grpc_);
-  }
+  std::string cmd = ShellQuote(program);
   for (const auto& a : args) cmd += " " + ShellQuote(a);
   cmd += " > " + base + ".out 2> " + base + ".err";
   int status = system(cmd.c_str());

@@ -30,6 +30,8 @@ class Coordinator {
 
   // Runs `adctl --server <addr> <args>`.
   CommandResult Adctl(const std::vector<std::string>& args) const;
+  // Runs `program <args>` to its end, capturing its output.
+  CommandResult Run(const std::string& program, const std::vector<std::string>& args) const;
   // `adctl -o json <args>`; fails the test on a non-zero exit.
   nlohmann::json AdctlJson(const std::vector<std::string>& args) const;
   // Writes a spec file under the temp dir and returns its path.
@@ -46,6 +48,7 @@ class Coordinator {
 
   const std::string& dir() const { return dir_; }
   const std::string& grpc_address() const { return grpc_; }
+  const std::string& http_address() const { return http_; }
 
  private:
   std::string dir_;

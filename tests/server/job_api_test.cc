@@ -146,5 +146,73 @@ TEST_F(JobApiTest, ListPagesAndFiltersByState) {
   EXPECT_EQ(resp.jobs_size(), 4);
 }
 
+TEST_F(JobApiTest, WatchSendsTheJobFirstAndEndsAtItsTerminalState) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(stub_->SubmitJob(Ctx().get(), submit, &submitted).ok());
+  v1::WatchJobRequest watch;
+  watch.set_job_id(submitted.job().id());
+  auto ctx = Ctx();
+  auto reader = stub_->WatchJob(ctx.get(), watch);
+  v1::JobUpdate u;
+  ASSERT_TRUE(reader->Read(&u));
+  // The snapshot comes before the job's events (its submit event exists already).
+  ASSERT_TRUE(u.has_job()) << u.DebugString();
+  EXPECT_EQ(u.job().state(), v1::JOB_STATE_QUEUED);
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(submitted.job().id());
+  v1::Job job;
+  ASSERT_TRUE(stub_->CancelJob(Ctx().get(), cancel, &job).ok());
+  v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+  int events = 0;
+  while (reader->Read(&u)) {
+    if (u.has_job()) last = u.job().state();
+    if (u.has_event()) ++events;
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last, v1::JOB_STATE_CANCELLED);
+  EXPECT_GE(events, 2);  // submitted, cancelled
+}
+
+TEST_F(JobApiTest, NegativeLimitsAreRejectedAndCheckpointsCarryTheirSaveTime) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(stub_->SubmitJob(Ctx().get(), submit, &submitted).ok());
+  const std::string id = submitted.job().id();
+  v1::ListEventsRequest events;
+  events.set_job_id(id);
+  events.set_limit(-1);
+  v1::ListEventsResponse listed;
+  grpc::Status st = stub_->ListEvents(Ctx().get(), events, &listed);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("limit"), std::string::npos) << st.error_message();
+  v1::ListJobsRequest jobs;
+  jobs.set_page_size(-5);
+  v1::ListJobsResponse jobs_listed;
+  EXPECT_EQ(stub_->ListJobs(Ctx().get(), jobs, &jobs_listed).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  TransitionChanges c;
+  c.attempt = 1;
+  ASSERT_TRUE(store_->Transition(id, JobState::kQueued, JobState::kStarting, "go", c).ok());
+  CheckpointRecord ck;
+  ck.job_id = id;
+  ck.attempt = 1;
+  ck.step = 4;
+  ck.path = dir_ + "/nowhere/step-000004";
+  ck.size_bytes = 1234;
+  ck.save_seconds = 1.5;
+  ASSERT_TRUE(store_->AddCheckpoint(ck).ok());
+  v1::ListCheckpointsRequest checkpoints;
+  checkpoints.set_job_id(id);
+  v1::ListCheckpointsResponse found;
+  ASSERT_TRUE(stub_->ListCheckpoints(Ctx().get(), checkpoints, &found).ok());
+  ASSERT_EQ(found.checkpoints_size(), 1);
+  EXPECT_EQ(found.checkpoints(0).save_seconds(), 1.5);
+  EXPECT_FALSE(found.checkpoints(0).on_disk());
+}
+
 }  // namespace
 }  // namespace adctl

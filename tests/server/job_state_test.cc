@@ -87,6 +87,9 @@ TEST(JobStateTest, NamesRoundTrip) {
     EXPECT_EQ(*parsed, s);
   }
   EXPECT_EQ(JobStateFromName("running"), S::kRunning);
+  EXPECT_EQ(JobStateFromName("JOB_STATE_RUNNING"), S::kRunning);
+  EXPECT_EQ(JobStateFromName("job_state_paused"), S::kPaused);
+  EXPECT_FALSE(JobStateFromName("JOB_STATE_").has_value());
   EXPECT_FALSE(JobStateFromName("bogus").has_value());
 }
 
