@@ -82,6 +82,10 @@ int LockDataDir(const std::string& data_dir, std::string* error) {
   return fd;
 }
 
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
+}
+
 int PickFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -109,7 +113,7 @@ int main(int argc, char** argv) {
   std::string data_dir = "./adctl-data";
   std::string worker_binary;
   std::string advertise;
-  std::string token;
+  std::string tokens_file;
   std::string static_dir;
   std::string log_level;
   int cpu_slots = 0;
@@ -129,9 +133,10 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "address ranks dial to reach this adctld (default: the --listen address, "
                  "0.0.0.0 replaced by 127.0.0.1)");
-  app.add_option("--token", token,
-                 "require this bearer token on JobService calls (default: env ADCTLD_TOKEN; "
-                 "empty: no token)");
+  app.add_option("--tokens-file", tokens_file,
+                 "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
+                 "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
+                 "neither, adctld listens on loopback only");
   app.add_option("--static-dir", static_dir, "web page files to serve over HTTP");
   app.add_option("--restart-backoff", restart_backoff, "seconds before a restart relaunches")
       ->capture_default_str();
@@ -142,15 +147,37 @@ int main(int argc, char** argv) {
   // Orphans of our ranks (e.g. a worker's own children after it died) are re-parented to us
   // and reaped by the supervisor, instead of lingering as zombies under a non-reaping init.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  if (token.empty()) {
-    if (const char* t = getenv("ADCTLD_TOKEN")) token = t;
+  // Tokens come from a file of hashes or the environment, never the command line (ps shows it).
+  adctl::AccessPolicy access;
+  if (!tokens_file.empty()) {
+    auto loaded = adctl::AccessPolicy::FromFile(tokens_file);
+    if (!loaded.ok()) {
+      spdlog::error("{}", loaded.status().message());
+      return 2;
+    }
+    access = std::move(loaded.value());
   }
+  if (const char* t = getenv("ADCTLD_TOKEN"); t != nullptr && *t != '\0') {
+    adctl::Status added = access.AddPlainToken("ADCTLD_TOKEN", adctl::Role::kAdmin, t);
+    if (!added.ok()) {
+      spdlog::error("{}", added.message());
+      return 2;
+    }
+  }
+  unsetenv("ADCTLD_TOKEN");  // ranks inherit adctld's environment
 
   std::string host;
   int port = 0;
   if (!SplitHostPort(listen, &host, &port)) {
     spdlog::error("--listen {}: expected host:port", listen);
     return 2;
+  }
+  if (!access.enabled() && !IsLoopback(host)) {
+    spdlog::warn(
+        "--listen {}: no tokens configured (--tokens-file or ADCTLD_TOKEN), so only "
+        "loopback: listening on 127.0.0.1",
+        listen);
+    host = "127.0.0.1";
   }
   if (port == 0) port = PickFreePort();
   listen = host + ":" + std::to_string(port);
@@ -211,7 +238,7 @@ int main(int argc, char** argv) {
 
   adctl::JobQueries queries(store->get(), &supervisor);
   adctl::MotionExports exports(&queries);
-  adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, token);
+  adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, &access);
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -243,6 +270,11 @@ int main(int argc, char** argv) {
       spdlog::error("--http {}: expected host:port", http);
       return 2;
     }
+    if (!access.enabled() && !IsLoopback(http_host)) {
+      spdlog::warn("--http {}: no tokens configured, so only loopback: listening on 127.0.0.1",
+                   http);
+      http_host = "127.0.0.1";
+    }
     auto bound = http_server.Start(http_host, http_port);
     if (!bound.ok()) {
       spdlog::error("{}", bound.status().message());
@@ -270,9 +302,11 @@ int main(int argc, char** argv) {
   std::filesystem::rename(data_dir + "/adctld.json.tmp", data_dir + "/adctld.json", ec);
 
   std::string unit = devices[0].kind == "gpu" ? "GPU(s)" : "CPU slot(s)";
-  spdlog::info("adctld listening: gRPC {} HTTP {}; {} {}; data {}; worker {}", listen,
+  spdlog::info("adctld listening: gRPC {} HTTP {}; {} {}; data {}; worker {}; access: {}", listen,
                http_address.empty() ? "off" : http_address, devices.size(), unit, data_dir,
-               options.worker_binary);
+               options.worker_binary,
+               access.enabled() ? std::to_string(access.size()) + " token(s)"
+                                : std::string("open to local users (no tokens; loopback only)"));
 
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);

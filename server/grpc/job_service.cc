@@ -29,11 +29,24 @@ std::string BearerToken(const grpc::ServerContext* ctx) {
   return value.rfind(prefix, 0) == 0 ? value.substr(prefix.size()) : value;
 }
 
-Status JobServiceImpl::CheckToken(grpc::ServerContext* ctx) const {
-  if (user_token_.empty() || BearerToken(ctx) == user_token_) return Status::Ok();
-  return Status(StatusCode::kPermissionDenied,
-                "missing or wrong token: set ADCTL_TOKEN or token: in ~/.config/adctl/config.yaml");
+grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, Role needed) const {
+  const AccessDecision d = access_->Check(BearerToken(ctx), needed);
+  switch (d.kind) {
+    case AccessDecision::Kind::kAllowed:
+      return grpc::Status::OK;
+    case AccessDecision::Kind::kUnauthenticated:
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, d.message);
+    case AccessDecision::Kind::kDenied:
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, d.message);
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "access check");
 }
+
+#define ADCTL_AUTHORIZE(ctx, role)                   \
+  do {                                               \
+    grpc::Status authorized_ = Authorize(ctx, role); \
+    if (!authorized_.ok()) return authorized_;       \
+  } while (0)
 
 Result<v1::Job> JobServiceImpl::LoadJob(const std::string& job_id, bool with_ranks) const {
   auto view = queries_->GetJob(job_id, with_ranks);
@@ -59,7 +72,7 @@ static Result<std::optional<double>> GracePeriod(bool has_grace, double grace_se
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   if (req->spec_yaml().empty()) {
     return ToGrpcStatus(InvalidArgument("spec_yaml: required (the job spec file's text)"));
   }
@@ -78,7 +91,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                     v1::Job* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto job = LoadJob(req->job_id(), /*with_ranks=*/true);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = job.value();
@@ -87,7 +100,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   std::vector<JobState> states;
   for (int s : req->states()) {
     if (s < static_cast<int>(JobState::kQueued) || s > static_cast<int>(JobState::kCancelled)) {
@@ -118,7 +131,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                        v1::Job* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
   if (!grace.ok()) return ToGrpcStatus(grace.status());
@@ -127,7 +140,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
 
 grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJobRequest* req,
                                       v1::Job* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
   if (!grace.ok()) return ToGrpcStatus(grace.status());
@@ -136,7 +149,7 @@ grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJ
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                                        v1::Job* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<int> gpus;
   if (req->has_gpus()) gpus = req->gpus();
@@ -145,7 +158,7 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobUpdate>* writer) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto cursor = queries_->StartWatch(req->job_id(), req->after_event_id());
   if (!cursor.ok()) return ToGrpcStatus(cursor.status());
   // The job as it is first, so a client knows where it stands before any event or metric.
@@ -187,7 +200,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 
 grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
                                         grpc::ServerWriter<v1::LogChunk>* writer) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto view = queries_->GetJob(req->job_id(), /*with_ranks=*/false);
   if (!view.ok()) return ToGrpcStatus(view.status());
   ADCTL_GRPC_RETURN_IF_ERROR(JobQueries::CheckRankLogRef(view->job, req->attempt(), req->rank()));
@@ -252,7 +265,7 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
 grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
                                              const v1::ListCheckpointsRequest* req,
                                              v1::ListCheckpointsResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto checkpoints = queries_->ListCheckpoints(req->job_id());
   if (!checkpoints.ok()) return ToGrpcStatus(checkpoints.status());
   for (const CheckpointView& c : checkpoints.value()) CheckpointToProto(c, resp->add_checkpoints());
@@ -261,7 +274,7 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx, const v1::ListEventsRequest* req,
                                         v1::ListEventsResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto events = queries_->ListEvents(req->job_id(), req->after_event_id(), req->limit());
   if (!events.ok()) return ToGrpcStatus(events.status());
   for (const EventRecord& e : events.value()) EventToProto(e, resp->add_events());
@@ -271,7 +284,7 @@ grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx, const v1::List
 grpc::Status JobServiceImpl::ListSamples(grpc::ServerContext* ctx,
                                          const v1::ListSamplesRequest* req,
                                          v1::ListSamplesResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto samples = queries_->ListSamples(req->job_id(), req->step());
   if (!samples.ok()) return ToGrpcStatus(samples.status());
   for (const SampleView& s : samples.value()) SampleToProto(s, resp->add_samples());
@@ -281,7 +294,7 @@ grpc::Status JobServiceImpl::ListSamples(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ExportMotionModules(grpc::ServerContext* ctx,
                                                  const v1::ExportMotionModulesRequest* req,
                                                  v1::ExportMotionModulesResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   auto exported = exports_->Export(req->job_id(), req->step(), req->format());
   if (!exported.ok()) return ToGrpcStatus(exported.status());
   MotionExportToProto(exported.value(), resp);
@@ -291,7 +304,7 @@ grpc::Status JobServiceImpl::ExportMotionModules(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ReadArtifact(grpc::ServerContext* ctx,
                                           const v1::ReadArtifactRequest* req,
                                           grpc::ServerWriter<v1::ArtifactChunk>* writer) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   auto artifact = queries_->Artifact(req->job_id(), req->path());
   if (!artifact.ok()) return ToGrpcStatus(artifact.status());
   std::ifstream in(artifact->path, std::ios::binary);
@@ -317,7 +330,7 @@ grpc::Status JobServiceImpl::ReadArtifact(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ListDevices(grpc::ServerContext* ctx,
                                          const v1::ListDevicesRequest* /*req*/,
                                          v1::ListDevicesResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(CheckToken(ctx));
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
   for (const DeviceStatus& d : queries_->Devices()) DeviceToProto(d, resp->add_devices());
   return grpc::Status::OK;
 }

@@ -1,12 +1,13 @@
 // adctl.v1.JobService: validate, call (JobManager for commands, JobQueries for reads,
 // MotionExports for exports),
-// convert (server/api/convert.h). Thread-safe (stateless apart from the constant token).
+// convert (server/api/convert.h). Thread-safe (stateless; the access policy is immutable).
 #pragma once
 
 #include <string>
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "server/api/job_queries.h"
+#include "server/auth/access_policy.h"
 #include "server/api/motion_exports.h"
 #include "server/supervisor/job_manager.h"
 
@@ -14,10 +15,11 @@ namespace adctl {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  // `user_token`: when non-empty, every call must carry `authorization: Bearer <user_token>`.
+  // `access`: every call carries `authorization: Bearer <token>` of a role that may make it
+  // (reads: viewer; submit, cancel, pause, resume, export: submitter), unless it has no tokens.
   JobServiceImpl(JobManager* jobs, const JobQueries* queries, MotionExports* exports,
-                 std::string user_token)
-      : jobs_(jobs), queries_(queries), exports_(exports), user_token_(std::move(user_token)) {}
+                 const AccessPolicy* access)
+      : jobs_(jobs), queries_(queries), exports_(exports), access_(access) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
@@ -50,13 +52,14 @@ class JobServiceImpl final : public v1::JobService::Service {
                             grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
 
  private:
-  Status CheckToken(grpc::ServerContext* ctx) const;
+  // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (a role too low).
+  grpc::Status Authorize(grpc::ServerContext* ctx, Role needed) const;
   Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks) const;
 
   JobManager* const jobs_;
   const JobQueries* const queries_;
   MotionExports* const exports_;
-  const std::string user_token_;
+  const AccessPolicy* const access_;
 };
 
 // The bearer token of a call ("" when none).

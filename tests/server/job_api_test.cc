@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/job_service.h"
@@ -41,8 +44,11 @@ class JobApiTest : public ::testing::Test {
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
     exports_ = std::make_unique<MotionExports>(queries_.get());
+    ASSERT_TRUE(access_.AddPlainToken("ci", Role::kAdmin, "s3cret-admin").ok());
+    ASSERT_TRUE(access_.AddPlainToken("dashboard", Role::kViewer, "s3cret-viewer").ok());
+    ASSERT_TRUE(access_.AddPlainToken("pipeline", Role::kSubmitter, "s3cret-submitter").ok());
     service_ = std::make_unique<JobServiceImpl>(&supervisor_->jobs(), queries_.get(),
-                                                exports_.get(), "s3cret");
+                                                exports_.get(), &access_);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -55,7 +61,7 @@ class JobApiTest : public ::testing::Test {
     std::string cmd = "rm -rf " + dir_;
     (void)system(cmd.c_str());
   }
-  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "s3cret") {
+  std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "s3cret-admin") {
     auto ctx = std::make_unique<grpc::ClientContext>();
     if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
     return ctx;
@@ -67,20 +73,80 @@ class JobApiTest : public ::testing::Test {
   std::unique_ptr<Supervisor> supervisor_;  // not started: jobs stay QUEUED
   std::unique_ptr<JobQueries> queries_;
   std::unique_ptr<MotionExports> exports_;
+  AccessPolicy access_;
   std::unique_ptr<JobServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::JobService::Stub> stub_;
   int port_ = 0;
 };
 
-TEST_F(JobApiTest, TokenIsRequired) {
+TEST_F(JobApiTest, EveryCallNeedsAKnownTokenOfARoleThatMayMakeIt) {
   v1::ListJobsRequest req;
   v1::ListJobsResponse resp;
-  EXPECT_EQ(stub_->ListJobs(Ctx("").get(), req, &resp).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(stub_->ListJobs(Ctx("wrong").get(), req, &resp).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  grpc::Status st = stub_->ListJobs(Ctx("").get(), req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(st.error_message().find("no token"), std::string::npos) << st.error_message();
+  st = stub_->ListJobs(Ctx("wrong-token").get(), req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(st.error_message().find("wrong-token"), std::string::npos);  // never echoed
   EXPECT_TRUE(stub_->ListJobs(Ctx().get(), req, &resp).ok());
+
+  // A viewer reads but cannot change anything; a submitter can.
+  EXPECT_TRUE(stub_->ListJobs(Ctx("s3cret-viewer").get(), req, &resp).ok());
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
+  v1::SubmitJobResponse submitted;
+  st = stub_->SubmitJob(Ctx("s3cret-viewer").get(), submit, &submitted);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("'dashboard' is a viewer; this needs submitter"),
+            std::string::npos)
+      << st.error_message();
+  ASSERT_TRUE(stub_->SubmitJob(Ctx("s3cret-submitter").get(), submit, &submitted).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(submitted.job().id());
+  v1::Job job;
+  EXPECT_EQ(stub_->CancelJob(Ctx("s3cret-viewer").get(), cancel, &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::GetJobRequest get;
+  get.set_job_id(submitted.job().id());
+  ASSERT_TRUE(stub_->GetJob(Ctx("s3cret-viewer").get(), get, &job).ok());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);  // the viewer's cancel changed nothing
+  EXPECT_TRUE(stub_->CancelJob(Ctx("s3cret-submitter").get(), cancel, &job).ok());
+}
+
+TEST(AccessPolicyTest, TokensFileHoldsHashesWithRolesAndErrorsNameTheEntry) {
+  char tmpl[] = "/tmp/adctl-tokens-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, path = dir + "/tokens.yaml";
+  const auto write = [&path](const std::string& text) {
+    FILE* f = fopen(path.c_str(), "w");
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  write("tokens:\n  - {name: ci, role: submitter, sha256: " + TokenHash("ci-token-123") +
+        "}\n  - {name: grafana, role: viewer, sha256: " + TokenHash("view-token-456") + "}\n");
+  auto policy = AccessPolicy::FromFile(path);
+  ASSERT_TRUE(policy.ok()) << policy.status().message();
+  EXPECT_TRUE(policy->Check("ci-token-123", Role::kSubmitter).allowed());
+  EXPECT_EQ(policy->Check("ci-token-123", Role::kSubmitter).who, "ci");
+  EXPECT_EQ(policy->Check("view-token-456", Role::kSubmitter).kind, AccessDecision::Kind::kDenied);
+  EXPECT_EQ(policy->Check("ci-token-124", Role::kViewer).kind,
+            AccessDecision::Kind::kUnauthenticated);
+  EXPECT_EQ(policy->Check("", Role::kViewer).kind, AccessDecision::Kind::kUnauthenticated);
+  // The file never holds a token: a plain token where the hash goes is refused.
+  write("tokens:\n  - {name: ci, role: submitter, sha256: ci-token-123}\n");
+  EXPECT_NE(AccessPolicy::FromFile(path).status().message().find("tokens[0].sha256: expected 64"),
+            std::string::npos);
+  write("tokens:\n  - {name: ci, role: root, sha256: " + TokenHash("x") + "}\n");
+  EXPECT_NE(AccessPolicy::FromFile(path).status().message().find("tokens[0].role: must be one of"),
+            std::string::npos)
+      << AccessPolicy::FromFile(path).status().message();
+  write("tokens: []\n");
+  EXPECT_FALSE(AccessPolicy::FromFile(path).ok());
+  EXPECT_EQ(AccessPolicy::FromFile(dir + "/none.yaml").status().code(), StatusCode::kNotFound);
+  // No tokens at all: open (adctld then binds loopback only).
+  EXPECT_TRUE(AccessPolicy().Check("", Role::kAdmin).allowed());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(JobApiTest, ErrorsUseTheRightCodeAndNameTheField) {
