@@ -7,8 +7,8 @@
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "server/api/job_queries.h"
-#include "server/auth/access_policy.h"
 #include "server/api/motion_exports.h"
+#include "server/auth/access_policy.h"
 #include "server/supervisor/job_manager.h"
 
 namespace adctl {
