@@ -193,6 +193,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   data_dir = std::filesystem::canonical(data_dir).string();
+  // Jobs' specs, logs, checkpoints and the database are the owner's alone.
+  std::filesystem::permissions(data_dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace, ec);
+  if (ec) spdlog::warn("--data-dir {}: cannot make it 0700: {}", data_dir, ec.message());
   std::string lock_error;
   const int lock_fd = LockDataDir(data_dir, &lock_error);
   if (lock_fd < 0) {

@@ -10,7 +10,7 @@ Status WorkerServiceImpl::Check(grpc::ServerContext* ctx, const v1::RankRef& ref
   if (ref.job_id().empty()) return InvalidArgument("ref.job_id: required");
   if (ref.attempt() < 1) return InvalidArgument("ref.attempt: must be >= 1");
   if (ref.rank() < 0) return InvalidArgument("ref.rank: must be >= 0");
-  return hub_->Authorize(ref.job_id(), BearerToken(ctx));
+  return hub_->Authorize(ref.job_id(), ref.attempt(), ref.rank(), BearerToken(ctx));
 }
 
 grpc::Status WorkerServiceImpl::RegisterRank(grpc::ServerContext* ctx,
@@ -85,6 +85,11 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
         c.save_seconds = e.checkpoint().save_seconds();
         c.created_at = e.time();
         st = hub_->ReportCheckpoint(ref.job_id(), ref.attempt(), ref.rank(), c);
+        if (st.code() == StatusCode::kPermissionDenied) {
+          // Not recorded, and said in the job's events; the batch's other events still count.
+          st = hub_->ReportWorkerEvent(ref.job_id(), ref.attempt(), ref.rank(), "warning",
+                                       "checkpoint report refused: " + st.message());
+        }
         break;
       }
       case v1::WorkerEvent::KIND_SAMPLES: {

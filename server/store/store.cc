@@ -1,6 +1,13 @@
 #include "server/store/store.h"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <type_traits>
@@ -163,6 +170,12 @@ ALTER TABLE metrics ADD COLUMN gpu_memory_total_bytes INTEGER NOT NULL DEFAULT -
 ALTER TABLE metrics ADD COLUMN gpu_power_watts REAL NOT NULL DEFAULT -1;
 ALTER TABLE metrics ADD COLUMN gpu_temperature_celsius REAL NOT NULL DEFAULT -1;
 ALTER TABLE metrics ADD COLUMN gpu_sm_clock_hertz REAL NOT NULL DEFAULT -1;
+)sql",
+    // 6: worker tokens per attempt, kept as hashes; the plaintext job tokens are dropped (their
+    // ranks, if any still run, were started by an older adctld and cannot be re-attached).
+    R"sql(
+ALTER TABLE attempts ADD COLUMN token_sha256 TEXT NOT NULL DEFAULT '';
+UPDATE jobs SET token = '';
 )sql",
 };
 
@@ -330,6 +343,13 @@ Result<std::vector<JobRecord>> CollectJobs(Stmt& s) {
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  // The owner's alone (SQLite gives its -wal and -shm files the same mode): it holds every job's
+  // spec, events and the worker-token hashes.
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    if (fchmod(fd, 0600) != 0) spdlog::warn("{}: chmod 0600: {}", path, strerror(errno));
+    close(fd);
+  }
   sqlite3* db = nullptr;
   int rc =
       sqlite3_open_v2(path.c_str(), &db,
@@ -523,10 +543,11 @@ Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobStat
   }
   if (c.attempt && *c.attempt != job->attempt) {
     Stmt a(db_,
-           "INSERT INTO attempts (job_id, attempt, world_size, devices, started_at) "
-           "VALUES (?,?,?,?,?)");
+           "INSERT INTO attempts (job_id, attempt, world_size, devices, started_at, token_sha256) "
+           "VALUES (?,?,?,?,?,?)");
     ADCTL_RETURN_IF_ERROR(a.prepare_status());
     a.Bind(id).Bind(*c.attempt).Bind(j.gpus).Bind(JoinDevices(j.devices)).Bind(now);
+    a.Bind(c.attempt_token_sha256);
     ADCTL_RETURN_IF_ERROR(a.Run());
   }
 
@@ -561,7 +582,7 @@ Result<std::vector<std::pair<JobState, int64_t>>> Store::CountJobsByState() {
 Result<AttemptRecord> Store::GetAttempt(const std::string& job_id, int attempt) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
-         "SELECT world_size, devices, started_at, ended_at, end_reason FROM attempts "
+         "SELECT world_size, devices, started_at, ended_at, end_reason, token_sha256 FROM attempts "
          "WHERE job_id=? AND attempt=?");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(job_id).Bind(attempt);
@@ -577,6 +598,7 @@ Result<AttemptRecord> Store::GetAttempt(const std::string& job_id, int attempt) 
   a.started_at = s.Double(2);
   a.ended_at = s.Double(3);
   a.end_reason = s.Text(4);
+  a.token_sha256 = s.Text(5);
   return a;
 }
 

@@ -82,6 +82,7 @@ struct AttemptRecord {
   double started_at = 0;
   double ended_at = 0;
   std::string end_reason;
+  std::string token_sha256;  // of the token its ranks authenticate with ("": a legacy attempt)
 };
 
 struct EventRecord {
@@ -176,7 +177,8 @@ struct SampleRecord {
 
 // Column changes made in the same transaction as a state change.
 struct TransitionChanges {
-  std::optional<int> attempt;  // also inserts the attempts row (with world size = job gpus)
+  std::optional<int> attempt;        // also inserts the attempts row (with world size = job gpus)
+  std::string attempt_token_sha256;  // that row's worker-token hash
   std::optional<std::vector<std::string>> devices;
   std::optional<int> restarts;
   std::optional<int> gpus;

@@ -11,6 +11,7 @@
 #include "common/job_layout.h"
 #include "server/scheduler/scheduler.h"
 #include "server/supervisor/launch_plan.h"
+#include "server/supervisor/secrets.h"
 
 extern char** environ;
 
@@ -133,8 +134,12 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   const double now = clock_->Now();
   // The store's spec is the one copy; the rank reads this file, written from it.
   ADCTL_RETURN_IF_ERROR(WriteFileAtomically(JobLayout(job.job_dir).spec(), job.spec_yaml));
+  // A fresh token per attempt: it stops working when the attempt ends, and adctld keeps only
+  // its hash (a restarted adctld re-attaches the ranks by it).
+  const std::string token = RandomHex(16);
   TransitionChanges c;
   c.attempt = attempt;
+  c.attempt_token_sha256 = Sha256Hex(token);
   c.devices = devices;
   if (job.started_at == 0) c.started_at = now;
   if (is_restart) c.restarts = job.restarts + 1;
@@ -162,7 +167,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   input.coordinator = options_.coordinator_address;
   input.job_id = job.id;
   input.job_dir = job.job_dir;
-  input.token = job.token;
+  input.token = token;
   input.attempt = attempt;
   input.devices = devices;
   input.host_slots = options_.devices.size();

@@ -8,22 +8,11 @@
 #include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/job_spec.h"
+#include "server/supervisor/secrets.h"
 
 namespace adctl {
 
 namespace {
-
-std::string RandomHex(int bytes) {
-  std::random_device rd;
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < bytes; ++i) {
-    unsigned v = rd() & 0xff;
-    out += kHex[v >> 4];
-    out += kHex[v & 15];
-  }
-  return out;
-}
 
 std::string GraceText(double grace_seconds) {
   return "grace " + std::to_string(static_cast<int>(grace_seconds)) + " s";
@@ -102,7 +91,8 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.name = spec.name;
   job.submission_id = request.submission_id;
   job.spec_yaml = yaml;
-  job.token = RandomHex(16);
+  // Ranks get a token per attempt (AttemptMonitor); the store keeps only its hash.
+  job.token.clear();
   job.job_dir = std::filesystem::absolute(data_dir_ + "/jobs/" + job.id).string();
   job.state = JobState::kQueued;
   job.gpus = static_cast<int>(spec.resources.gpus);

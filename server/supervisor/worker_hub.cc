@@ -2,16 +2,34 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "common/job_layout.h"
+#include "server/supervisor/secrets.h"
 
 namespace adctl {
 
-Status WorkerHub::Authorize(const std::string& job_id, const std::string& token) {
+Status WorkerHub::Authorize(const std::string& job_id, int attempt, int rank,
+                            const std::string& token) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  if (token.empty() || token != job->token) {
-    return Status(StatusCode::kPermissionDenied, "job " + job_id + ": wrong or missing token");
+  const std::string which = "job " + job_id + " attempt " + std::to_string(attempt);
+  auto a = store_->GetAttempt(job_id, attempt);
+  if (!a.ok()) {
+    if (a.status().code() != StatusCode::kNotFound) return a.status();
+    return Status(StatusCode::kPermissionDenied,
+                  "job " + job_id + " has no attempt " + std::to_string(attempt));
+  }
+  if (token.empty() || a->token_sha256.empty() || !SameSecret(Sha256Hex(token), a->token_sha256)) {
+    return Status(StatusCode::kPermissionDenied, which + ": wrong or missing token");
+  }
+  if (rank < 0 || rank >= a->world_size) {
+    return Status(StatusCode::kPermissionDenied, which + " has no rank " + std::to_string(rank) +
+                                                     " (" + std::to_string(a->world_size) +
+                                                     " ranks)");
+  }
+  if (a->ended_at > 0 || attempt != job->attempt || IsTerminal(job->state)) {
+    return FailedPrecondition(which + " has ended; its token is no longer accepted");
   }
   return Status::Ok();
 }
@@ -138,6 +156,22 @@ Status WorkerHub::ReportTrainingStarted(const std::string& job_id, int attempt, 
 
 Status WorkerHub::ReportCheckpoint(const std::string& job_id, int attempt, int /*rank*/,
                                    CheckpointRecord checkpoint) {
+  // A rank may only name a checkpoint inside its own job's checkpoint folder (after symlinks):
+  // the path is listed, resumed from and exported.
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path root =
+      fs::weakly_canonical(JobLayout(job->job_dir).checkpoints(job->checkpoint_dir), ec);
+  const fs::path path = fs::weakly_canonical(checkpoint.path, ec);
+  const std::string inside = root.string() + "/";
+  if (ec || checkpoint.path.empty() || checkpoint.path.front() != '/' ||
+      path.string().compare(0, inside.size(), inside) != 0) {
+    return Status(StatusCode::kPermissionDenied,
+                  "checkpoint path '" + checkpoint.path.substr(0, 200) +
+                      "' is not inside the job's checkpoint folder " + root.string());
+  }
   checkpoint.job_id = job_id;
   checkpoint.attempt = attempt;
   if (checkpoint.created_at == 0) checkpoint.created_at = clock_->Now();

@@ -28,8 +28,10 @@ class WorkerHub {
         clock_(clock),
         heartbeat_interval_ms_(heartbeat_interval_ms) {}
 
-  // `token` is the bearer token the rank presented.
-  Status Authorize(const std::string& job_id, const std::string& token);
+  // `token` is the bearer token the rank presented: the one its attempt was launched with, for a
+  // rank of that attempt, while the attempt runs. PermissionDenied for a wrong token, attempt or
+  // rank; FailedPrecondition once the attempt has ended or was superseded.
+  Status Authorize(const std::string& job_id, int attempt, int rank, const std::string& token);
   Status RegisterRank(const std::string& job_id, int attempt, int rank, int world_size, int pid,
                       const std::string& host);
   // Returns whether the rank must stop (pause/cancel), with the reason.

@@ -25,6 +25,9 @@ case "$name" in
     wait
     exit 75 ;;
   sleep)
+    # Hands its attempt's token to the test that plays this rank (adctld keeps only its hash).
+    printf %s "$ADCTL_TOKEN" > "$(dirname "$spec")/token.tmp" &&
+      mv "$(dirname "$spec")/token.tmp" "$(dirname "$spec")/token-$attempt-$rank"
     trap 'exit 75' TERM
     sleep 30 &
     wait

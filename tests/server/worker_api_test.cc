@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "common/job_layout.h"
 #include "server/grpc/job_service.h"
 #include "server/grpc/worker_service.h"
 #include "server/supervisor/supervisor.h"
@@ -45,6 +48,16 @@ class WorkerApiTest : public ::testing::Test {
     }
     job_ = store_->GetJob(job_.id).value();
     ASSERT_EQ(job_.attempt, 1);
+    // The fake rank writes the token it was launched with; the store has only its hash.
+    const std::string token_file = job_.job_dir + "/token-1-0";
+    for (int i = 0; i < 500 && !std::filesystem::exists(token_file); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::ifstream in(token_file);
+    ASSERT_TRUE(std::getline(in, token_)) << token_file;
+    ASSERT_EQ(token_.size(), 32u);
+    EXPECT_TRUE(job_.token.empty());  // no plaintext token in the store
+    EXPECT_EQ(store_->GetAttempt(job_.id, 1)->token_sha256.size(), 64u);
   }
   void TearDown() override {
     supervisor_->jobs().Cancel(job_.id, std::nullopt, true);
@@ -66,28 +79,42 @@ class WorkerApiTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   JobRecord job_;
+  std::string token_;  // attempt 1's
 };
 
-TEST_F(WorkerApiTest, WrongTokenAndStaleAttemptAreRefused) {
+TEST_F(WorkerApiTest, WrongTokenAttemptOrRankAndEndedAttemptsAreRefused) {
   auto bad =
       CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, "wrong", std::chrono::seconds(2));
   EXPECT_EQ(bad.status().code(), StatusCode::kPermissionDenied) << bad.status().ToString();
-  auto stale =
-      CoordinatorClient::Connect(Address(), job_.id, 7, 0, 1, job_.token, std::chrono::seconds(2));
-  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  // The token is its attempt's and its ranks' only.
+  auto other_attempt =
+      CoordinatorClient::Connect(Address(), job_.id, 7, 0, 1, token_, std::chrono::seconds(2));
+  EXPECT_EQ(other_attempt.status().code(), StatusCode::kPermissionDenied);
+  auto no_such_rank =
+      CoordinatorClient::Connect(Address(), job_.id, 1, 5, 6, token_, std::chrono::seconds(2));
+  EXPECT_EQ(no_such_rank.status().code(), StatusCode::kPermissionDenied)
+      << no_such_rank.status().ToString();
+  // Once the attempt has ended its token opens nothing.
+  ASSERT_TRUE(supervisor_->jobs().Cancel(job_.id, std::nullopt, true).ok());
+  for (int i = 0; i < 300 && !IsTerminal(store_->GetJob(job_.id)->state); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto ended =
+      CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, token_, std::chrono::seconds(2));
+  EXPECT_EQ(ended.status().code(), StatusCode::kFailedPrecondition) << ended.status().ToString();
   auto unknown =
-      CoordinatorClient::Connect(Address(), "j-nope", 1, 0, 1, job_.token, std::chrono::seconds(2));
+      CoordinatorClient::Connect(Address(), "j-nope", 1, 0, 1, token_, std::chrono::seconds(2));
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(WorkerApiTest, UnreachableCoordinatorIsUnavailable) {
-  auto r = CoordinatorClient::Connect("127.0.0.1:1", job_.id, 1, 0, 1, job_.token,
+  auto r = CoordinatorClient::Connect("127.0.0.1:1", job_.id, 1, 0, 1, token_,
                                       std::chrono::milliseconds(500));
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(WorkerApiTest, ReportsReachTheStoreAndPauseSetsTheStopFlag) {
-  auto client = CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, job_.token);
+  auto client = CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, token_);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto& c = *client.value();
 
@@ -113,9 +140,13 @@ TEST_F(WorkerApiTest, ReportsReachTheStoreAndPauseSetsTheStopFlag) {
     s.step_seconds = 0.1;
     c.OnStep(s);
   }
+  // A checkpoint outside the job's folder is refused; its own is recorded.
   CheckpointReport ck;
+  ck.step = 1;
+  ck.path = dir_ + "/elsewhere/step-00000001";
+  c.OnCheckpoint(ck);
   ck.step = 2;
-  ck.path = dir_ + "/ck/step-00000002";
+  ck.path = JobLayout(job_.job_dir).checkpoints(job_.checkpoint_dir) + "/step-00000002";
   c.OnCheckpoint(ck);
   ASSERT_TRUE(c.Flush(std::chrono::seconds(5)));
   JobRecord job = store_->GetJob(job_.id).value();
@@ -124,6 +155,12 @@ TEST_F(WorkerApiTest, ReportsReachTheStoreAndPauseSetsTheStopFlag) {
   EXPECT_EQ(job.progress.last_checkpoint_step, 2);
   EXPECT_EQ(store_->ListMetrics(job_.id, 0)->size(), 3u);
   EXPECT_EQ(store_->ListCheckpoints(job_.id)->size(), 1u);
+  bool refused = false;
+  for (const EventRecord& e : store_->ListEvents(job_.id, 0, 0).value()) {
+    refused |= e.message.find("checkpoint report refused") != std::string::npos &&
+               e.message.find("elsewhere") != std::string::npos;
+  }
+  EXPECT_TRUE(refused);
   auto ranks = store_->ListRanks(job_.id, 1).value();
   EXPECT_EQ(ranks[0].worker_pid, static_cast<int>(getpid()));
 
