@@ -177,6 +177,10 @@ ALTER TABLE metrics ADD COLUMN gpu_sm_clock_hertz REAL NOT NULL DEFAULT -1;
 ALTER TABLE attempts ADD COLUMN token_sha256 TEXT NOT NULL DEFAULT '';
 UPDATE jobs SET token = '';
 )sql",
+    // 7: how long an attempt's ranks have to register (resources.rendezvous_timeout_seconds).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN rendezvous_timeout_seconds REAL NOT NULL DEFAULT 120;
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -293,7 +297,8 @@ const char kJobColumns[] =
     "id, seq, name, submission_id, spec_yaml, token, job_dir, state, gpus, priority, attempt, "
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
-    "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio";
+    "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
+    "rendezvous_timeout_seconds";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -326,6 +331,7 @@ JobRecord ReadJob(const Stmt& s) {
   j.hang_timeout_seconds = s.Double(26);
   j.checkpoint_dir = s.Text(27);
   j.progress.mfu_ratio = s.Double(28);
+  j.rendezvous_timeout_seconds = s.Double(29);
   return j;
 }
 
@@ -413,8 +419,8 @@ Status Store::InsertJob(const JobRecord& j) {
   Stmt s(db_,
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
          "priority, max_restarts, grace_seconds, submitted_at, message, total_steps, "
-         "hang_timeout_seconds, checkpoint_dir) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "hang_timeout_seconds, checkpoint_dir, rendezvous_timeout_seconds) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -425,7 +431,7 @@ Status Store::InsertJob(const JobRecord& j) {
   s.Bind(j.spec_yaml).Bind(j.token).Bind(j.job_dir).Bind(static_cast<int>(j.state));
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
-  s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir);
+  s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir).Bind(j.rendezvous_timeout_seconds);
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;

@@ -49,8 +49,9 @@ struct JobRecord {
   int max_restarts = 0;
   double grace_seconds = 60;
   // From the spec, kept so that nothing after submit parses it again.
-  double hang_timeout_seconds = 0;  // resources.hang_timeout_seconds
-  std::string checkpoint_dir;       // checkpoint.dir ("" = <job dir>/checkpoints)
+  double hang_timeout_seconds = 0;          // resources.hang_timeout_seconds
+  double rendezvous_timeout_seconds = 120;  // resources.rendezvous_timeout_seconds
+  std::string checkpoint_dir;               // checkpoint.dir ("" = <job dir>/checkpoints)
   double submitted_at = 0;
   double started_at = 0;
   double finished_at = 0;

@@ -161,6 +161,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   a.grace_seconds = job.grace_seconds;
   a.launched_at = now;
   a.hang_timeout_seconds = job.hang_timeout_seconds;
+  a.rendezvous_timeout_seconds = job.rendezvous_timeout_seconds;
 
   AttemptLaunchInput input;
   input.worker_binary = options_.worker_binary;
@@ -282,7 +283,31 @@ void AttemptMonitor::ObserveRankLocked(Attempt* a, size_t index, double now) {
 }
 
 void AttemptMonitor::WatchForHangLocked(Attempt* a, double now) {
-  if (a->hang_timeout_seconds <= 0 || a->teardown || a->ranks.empty()) return;
+  if (a->teardown || a->ranks.empty()) return;
+  if (now - a->launched_at > a->rendezvous_timeout_seconds && !a->all_registered) {
+    // A rank that never registers (stuck before it reaches adctld) would keep the attempt
+    // STARTING for ever: it fails, retryable, after the spec's rendezvous timeout.
+    auto ranks = store_->ListRanks(a->job_id, a->attempt);
+    if (ranks.ok()) {
+      std::string missing;
+      for (const RankRecord& r : ranks.value()) {
+        if (r.worker_pid == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r.rank);
+      }
+      if (missing.empty()) {
+        a->all_registered = true;
+      } else {
+        a->failure = "rank(s) " + missing + " did not register within " +
+                     std::to_string(static_cast<int>(a->rendezvous_timeout_seconds)) +
+                     " s (resources.rendezvous_timeout_seconds)";
+        a->failure_class = ExitClass::kRetryable;
+        recorder_->AddEvent(a->job_id, a->attempt, "rendezvous", "error",
+                            a->failure + "; stopping the attempt");
+        StartTeardownLocked(a, a->grace_seconds, now);
+        return;
+      }
+    }
+  }
+  if (a->hang_timeout_seconds <= 0) return;
   auto job = store_->GetJob(a->job_id);
   if (!job.ok() || job->state != JobState::kRunning) return;
   const double last_progress = std::max(job->progress.updated_at, a->launched_at);
@@ -474,6 +499,7 @@ Status AttemptMonitor::Reconcile() {
     a.grace_seconds = job.grace_seconds;
     a.launched_at = now;
     a.hang_timeout_seconds = job.hang_timeout_seconds;
+    a.rendezvous_timeout_seconds = job.rendezvous_timeout_seconds;
     auto ranks = store_->ListRanks(job.id, job.attempt);
     if (!ranks.ok()) return ranks.status();
     int alive = 0;

@@ -69,6 +69,8 @@ struct ActiveAttempt {
   double relaunch_at = 0;
   // Hang watchdog: no new step for this long while RUNNING fails the attempt (0: off).
   double hang_timeout_seconds = 0;
+  double rendezvous_timeout_seconds = 120;  // for every rank to register, from launched_at
+  bool all_registered = false;
   double launched_at = 0;
 };
 

@@ -100,6 +100,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.max_restarts = static_cast<int>(spec.resources.max_restarts);
   job.grace_seconds = spec.resources.grace_seconds;
   job.hang_timeout_seconds = spec.resources.hang_timeout_seconds;
+  job.rendezvous_timeout_seconds = spec.resources.rendezvous_timeout_seconds;
   job.checkpoint_dir = spec.checkpoint.dir;
   job.submitted_at = clock_->Now();
   job.progress.total_steps = spec.train.max_steps;

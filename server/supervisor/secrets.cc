@@ -2,7 +2,6 @@
 
 #include <random>
 
-
 namespace adctl {
 
 std::string RandomHex(int bytes) {

@@ -259,5 +259,16 @@ TEST_F(SupervisorTest, HangWatchdogRestartsAnAttemptWithoutProgress) {
   WaitFor(id, JobState::kCancelled);
 }
 
+TEST_F(SupervisorTest, RanksThatNeverRegisterFailTheAttemptAfterTheRendezvousTimeout) {
+  // The fake worker never calls adctld: its ranks never register.
+  std::string yaml = Spec("sleep", 2, /*max_restarts=*/0, /*grace=*/0.5);
+  yaml.replace(yaml.find("grace_seconds"), 0, "rendezvous_timeout_seconds: 1, ");
+  std::string id = Submit(yaml);
+  JobRecord job = WaitFor(id, JobState::kFailed, 15);
+  EXPECT_NE(job.message.find("rank(s) 0, 1 did not register within 1 s"), std::string::npos)
+      << job.message;
+  EXPECT_LT(job.finished_at - job.started_at, 8) << "the timeout is the spec's, not a default";
+}
+
 }  // namespace
 }  // namespace adctl
