@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -82,6 +83,49 @@ int LockDataDir(const std::string& data_dir, std::string* error) {
   return fd;
 }
 
+// --on-stop pause: every job with ranks (or about to have them) is paused — its ranks checkpoint
+// and exit — and adctld waits for them (each job's grace period, plus a margin) before it stops.
+void DrainByPausing(adctl::Supervisor* supervisor, adctl::Store* store) {
+  using adctl::JobState;
+  auto active = store->ListActiveJobs();
+  if (!active.ok()) {
+    spdlog::error("drain: {}", active.status().message());
+    return;
+  }
+  double wait_seconds = 10;
+  int paused = 0;
+  for (const adctl::JobRecord& j : active.value()) {
+    if (j.state != JobState::kStarting && j.state != JobState::kRunning &&
+        j.state != JobState::kRestarting) {
+      continue;
+    }
+    auto r = supervisor->jobs().Pause(j.id, std::nullopt);
+    if (!r.ok()) {
+      spdlog::warn("drain: job {}: {}", j.id, r.status().message());
+      continue;
+    }
+    ++paused;
+    wait_seconds = std::max(wait_seconds, j.grace_seconds + 10);
+  }
+  spdlog::info("adctld stopping (--on-stop pause): pausing {} job(s), waiting up to {:.0f} s",
+               paused, wait_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto left = store->ListActiveJobs();
+    if (!left.ok()) break;
+    const bool pausing = std::any_of(left->begin(), left->end(), [](const adctl::JobRecord& j) {
+      return j.state == JobState::kPausing;
+    });
+    if (!pausing) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  spdlog::warn(
+      "drain: jobs still pausing after {:.0f} s; their ranks stay and re-attach on the "
+      "next start",
+      wait_seconds);
+}
+
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
 }
@@ -114,6 +158,7 @@ int main(int argc, char** argv) {
   std::string worker_binary;
   std::string advertise;
   std::string tokens_file;
+  std::string on_stop = "detach";
   std::string static_dir;
   std::string log_level;
   int cpu_slots = 0;
@@ -137,6 +182,11 @@ int main(int argc, char** argv) {
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
                  "neither, adctld listens on loopback only");
+  app.add_option("--on-stop", on_stop,
+                 "on SIGTERM/SIGINT: 'detach' leaves running ranks running (the next adctld "
+                 "re-attaches them); 'pause' checkpoints every running job and leaves it PAUSED")
+      ->check(CLI::IsMember({"detach", "pause"}))
+      ->capture_default_str();
   app.add_option("--static-dir", static_dir, "web page files to serve over HTTP");
   app.add_option("--restart-backoff", restart_backoff, "seconds before a restart relaunches")
       ->capture_default_str();
@@ -317,7 +367,11 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
-  spdlog::info("adctld stopping; running jobs keep running and re-attach on the next start");
+  if (on_stop == "pause") {
+    DrainByPausing(&supervisor, store->get());
+  } else {
+    spdlog::info("adctld stopping; running jobs keep running and re-attach on the next start");
+  }
   supervisor.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http_server.Stop();

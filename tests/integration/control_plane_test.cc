@@ -289,6 +289,24 @@ TEST_F(ControlPlaneTest, OneAdctldPerDataDirectoryAndPort) {
   EXPECT_EQ(c.Adctl({"gpus"}).exit_code, 0);
 }
 
+TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
+  Coordinator& c = *coordinator_;
+  c.Stop();
+  c.SetExtraArgs({"--on-stop", "pause"});
+  c.Start();
+  std::string id = c.Submit(c.WriteSpec("drain", TinySpec(100000)));
+  auto running = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 1; }, 240, "first step");
+  c.Stop();  // SIGTERM: adctld pauses the job, waits for its checkpoint, then exits
+  ExpectNoRankProcess(running);
+  c.Start();
+  auto paused = c.Describe(id);
+  EXPECT_EQ(paused["state"], "JOB_STATE_PAUSED") << paused.dump(2);
+  EXPECT_GE(CheckpointStep(paused), 1) << paused.dump(2);
+  EXPECT_TRUE(AnyEventContains(id, "pause requested"));
+  ASSERT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
+}
+
 TEST_F(ControlPlaneTest, WaitExitCodesAndWhyAJobWaits) {
   Coordinator& c = *coordinator_;
   // One slot busy, so a 2-rank job stays QUEUED and says why.

@@ -97,9 +97,15 @@ void Coordinator::Start() {
     // A restart reuses the addresses: ranks that outlived adctld dial the same one.
     std::string listen = grpc_.empty() ? "127.0.0.1:0" : grpc_;
     std::string http = http_.empty() ? "127.0.0.1:0" : http_;
-    execl(AdctldPath().c_str(), "adctld", "--data-dir", data.c_str(), "--listen", listen.c_str(),
-          "--http", http.c_str(), "--cpu-slots", slots.c_str(), "--worker-binary", worker.c_str(),
-          "--restart-backoff", "0.2", static_cast<char*>(nullptr));
+    std::vector<std::string> args = {"adctld", "--data-dir",      data,   "--listen",
+                                     listen,   "--http",          http,   "--cpu-slots",
+                                     slots,    "--worker-binary", worker, "--restart-backoff",
+                                     "0.2"};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(AdctldPath().c_str(), argv.data());
     _exit(127);
   }
   for (int i = 0; i < 200; ++i) {

@@ -25,6 +25,8 @@ class Coordinator {
   ~Coordinator();  // stops adctld, cancels what still runs, removes the directory
 
   void Start();  // waits until adctld answers
+  // More adctld flags for the next Start()s.
+  void SetExtraArgs(std::vector<std::string> args) { extra_args_ = std::move(args); }
   void Kill9();  // SIGKILL adctld (its ranks keep running)
   void Stop();   // SIGTERM adctld
 
@@ -56,6 +58,7 @@ class Coordinator {
   pid_t pid_ = 0;
   std::string grpc_;
   std::string http_;
+  std::vector<std::string> extra_args_;
 };
 
 // Paths of the binaries under test (set by CMake).
