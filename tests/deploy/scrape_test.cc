@@ -292,7 +292,23 @@ TEST_F(ScrapeTest, EveryDashboardAndRuleExpressionReturnsDataForARealCpuJob) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
   } while (std::chrono::steady_clock::now() < deadline);
   for (const auto& [what, why] : failures) ADD_FAILURE() << what << "\n    -> " << why;
-  std::cout << checks.size() << " expressions checked against job " << job << "\n";
+  int data = 0, quiet = 0, empty = 0;
+  for (const Check& check : checks) {
+    const json answer = prom.Query(check.query);
+    const bool has =
+        answer.contains("data") &&
+        (answer["data"].value("resultType", "") == "scalar" || !answer["data"]["result"].empty());
+    if (check.expect == Expect::kEmpty) {
+      ++quiet;
+    } else if (has) {
+      ++data;
+    } else {
+      ++empty;
+      std::cout << "empty (a GPU-only family): " << check.where << "\n";
+    }
+  }
+  std::cout << checks.size() << " expressions checked against job " << job << ": " << data
+            << " with data, " << quiet << " alerts quiet, " << empty << " GPU-only empty\n";
   if (!failures.empty()) std::cout << "prometheus log:\n" << prom.Log();
   EXPECT_EQ(c.Adctl({"cancel", job, "--force"}).exit_code, 0);
 }
