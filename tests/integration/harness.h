@@ -46,7 +46,7 @@ class Coordinator {
 
   const std::string& dir() const { return dir_; }
   const std::string& grpc_address() const { return grpc_; }
-  const std::string& http_address() const { return http_; }  // host:port of /metrics
+  const std::string& http_address() const { return http_; }
 
  private:
   std::string dir_;

@@ -107,25 +107,6 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command << "\n" << output;
 }
 
-TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
-  JobMetrics metrics(store_.get(), /*retain_seconds=*/0);
-  metrics.OnMetrics({Point(0, 1), Point(1, 1)});
-  metrics.OnRestart("j-1");
-  // 2 ranks × (data wait, all-reduce, peak memory) + loss, lr, step, total, clips/s, step time,
-  // restarts; the info series comes with the scrape.
-  EXPECT_EQ(metrics.SeriesOf("j-1"), 13u);
-  EXPECT_THAT(metrics.Scrape(), HasSubstr("adctl_train_loss{job_id=\"j-1\"}"));
-  metrics.OnJobFinished("j-1", JobState::kSucceeded);
-  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kCancelled, "test").ok());
-  const std::string text = metrics.Scrape();
-  EXPECT_THAT(text, Not(HasSubstr("j-1")));
-  EXPECT_EQ(metrics.SeriesOf("j-1"), 0u);
-  EXPECT_THAT(text, HasSubstr("adctl_jobs{state=\"CANCELLED\"} 1"));
-  // A late report of the ended job makes its series again; the next end drops them again.
-  metrics.OnMetrics({Point(0, 2)});
-  EXPECT_GT(metrics.SeriesOf("j-1"), 0u);
-}
-
 TEST_F(JobMetricsTest, ARankOnAnotherDeviceAfterARestartLeavesNoSeriesOfTheOldOne) {
   // Attempt 1 runs rank 0 on cpu0; attempt 2 (after a restart) on cpu2.
   TransitionChanges first;
@@ -162,6 +143,25 @@ TEST_F(JobMetricsTest, ARankOnAnotherDeviceAfterARestartLeavesNoSeriesOfTheOldOn
   text = metrics.Scrape();
   EXPECT_THAT(text, Not(HasSubstr("j-1")));
   EXPECT_EQ(metrics.SeriesOf("j-1"), 0u);
+}
+
+TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
+  JobMetrics metrics(store_.get(), /*retain_seconds=*/0);
+  metrics.OnMetrics({Point(0, 1), Point(1, 1)});
+  metrics.OnRestart("j-1");
+  // 2 ranks × (data wait, all-reduce, peak memory) + loss, lr, step, total, clips/s, step time,
+  // restarts; the info series comes with the scrape.
+  EXPECT_EQ(metrics.SeriesOf("j-1"), 13u);
+  EXPECT_THAT(metrics.Scrape(), HasSubstr("adctl_train_loss{job_id=\"j-1\"}"));
+  metrics.OnJobFinished("j-1", JobState::kSucceeded);
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kCancelled, "test").ok());
+  const std::string text = metrics.Scrape();
+  EXPECT_THAT(text, Not(HasSubstr("j-1")));
+  EXPECT_EQ(metrics.SeriesOf("j-1"), 0u);
+  EXPECT_THAT(text, HasSubstr("adctl_jobs{state=\"CANCELLED\"} 1"));
+  // A late report of the ended job makes its series again; the next end drops them again.
+  metrics.OnMetrics({Point(0, 2)});
+  EXPECT_GT(metrics.SeriesOf("j-1"), 0u);
 }
 
 }  // namespace
