@@ -182,15 +182,39 @@ void JobMetrics::UpdateRankDevice(const MetricRecord& m) {
   }
   const std::string rank = std::to_string(m.rank);
   const prometheus::Labels labels{{"job_id", m.job_id}, {"rank", rank}, {"gpu", gpu}};
+  prometheus::Labels info = labels;
+  info["uuid"] = uuid;
+  info["model"] = model;
+  {
+    // A restart may put the rank on another device: the old device's series go.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, added] = rank_device_labels_.emplace(std::make_pair(m.job_id, m.rank), info);
+    if (!added && it->second != info) {
+      prometheus::Labels old = it->second;
+      RemoveSeries(rank_gpu_info_, m.job_id, old);
+      old.erase("uuid");
+      old.erase("model");
+      for (auto* family : rank_gpu_) RemoveSeries(*family, m.job_id, old);
+      it->second = info;
+    }
+  }
   for (size_t i = 0; i < rank_gpu_.size(); ++i) {
     const double v = kReadingFields[i].get(reading);
     if (v >= 0)
       WithSeries(*rank_gpu_[i], m.job_id, labels, [v](prometheus::Gauge& g) { g.Set(v); });
   }
-  prometheus::Labels info = labels;
-  info["uuid"] = uuid;
-  info["model"] = model;
   WithSeries(rank_gpu_info_, m.job_id, info, [](prometheus::Gauge& g) { g.Set(1); });
+}
+
+void JobMetrics::RemoveSeries(prometheus::Family<prometheus::Gauge>& family,
+                              const std::string& job_id, const prometheus::Labels& labels) {
+  if (!family.Has(labels)) return;
+  prometheus::Gauge* series = &family.Add(labels);
+  family.Remove(series);
+  auto& removers = removers_[job_id];
+  removers.erase(std::remove_if(removers.begin(), removers.end(),
+                                [series](const auto& r) { return r.first == series; }),
+                 removers.end());
 }
 
 void JobMetrics::UpdateNodeDevices(const std::vector<DeviceStatus>& devices) {
@@ -234,7 +258,9 @@ void JobMetrics::WithSeries(prometheus::Family<T>& family, const std::string& jo
   std::lock_guard<std::mutex> lock(mu_);
   const bool existed = family.Has(labels);
   T& series = family.Add(labels, std::forward<Args>(args)...);
-  if (!existed) removers_[job_id].push_back([&family, &series] { family.Remove(&series); });
+  if (!existed) {
+    removers_[job_id].emplace_back(&series, [&family, &series] { family.Remove(&series); });
+  }
   update(series);
 }
 
@@ -294,9 +320,12 @@ void JobMetrics::DropJob(const std::string& job_id) {
   for (auto r = last_reading_.begin(); r != last_reading_.end();) {
     r = r->first.first == job_id ? last_reading_.erase(r) : std::next(r);
   }
+  for (auto r = rank_device_labels_.begin(); r != rank_device_labels_.end();) {
+    r = r->first.first == job_id ? rank_device_labels_.erase(r) : std::next(r);
+  }
   auto it = removers_.find(job_id);
   if (it == removers_.end()) return;
-  for (const auto& remove : it->second) remove();
+  for (const auto& [series, remove] : it->second) remove();
   removers_.erase(it);
 }
 

@@ -60,6 +60,9 @@ class JobMetrics : public SupervisorObserver {
   // The device names of an attempt's ranks (from the store, cached); requires mu_.
   const std::vector<std::string>& RankDevices(const std::string& job_id, int attempt);
   void UpdateRankDevice(const MetricRecord& m);
+  // Removes a job's series of `family` with `labels` and forgets its remover; requires mu_.
+  void RemoveSeries(prometheus::Family<prometheus::Gauge>& family, const std::string& job_id,
+                    const prometheus::Labels& labels);
   void UpdateNodeDevices(const std::vector<DeviceStatus>& devices);
 
   // Constant after construction.
@@ -91,13 +94,16 @@ class JobMetrics : public SupervisorObserver {
 
   std::mutex mu_;
   std::map<std::string, double> finished_at_;  // guarded by mu_; job id → end time
-  // guarded by mu_; job id → how to remove each of its series
-  std::map<std::string, std::vector<std::function<void()>>> removers_;
+  // guarded by mu_; job id → each of its series and how to remove it
+  std::map<std::string, std::vector<std::pair<const void*, std::function<void()>>>> removers_;
   std::vector<Device> inventory_;                                                 // guarded by mu_
   std::function<std::vector<DeviceStatus>()> live_;                               // guarded by mu_
   std::map<std::pair<std::string, int>, std::vector<std::string>> rank_devices_;  // mu_
   // guarded by mu_; (job id, rank) → its last reported device reading (CPU slots' values)
   std::map<std::pair<std::string, int>, DeviceReading> last_reading_;
+  // guarded by mu_; (job id, rank) → the labels of its adctl_rank_gpu_info series (the device a
+  // restart may change)
+  std::map<std::pair<std::string, int>, prometheus::Labels> rank_device_labels_;
   std::vector<std::function<void()>> node_removers_;  // guarded by mu_; this scrape's adctl_gpu_*
 };
 

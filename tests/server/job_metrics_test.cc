@@ -107,6 +107,44 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command << "\n" << output;
 }
 
+TEST_F(JobMetricsTest, ARankOnAnotherDeviceAfterARestartLeavesNoSeriesOfTheOldOne) {
+  // Attempt 1 runs rank 0 on cpu0; attempt 2 (after a restart) on cpu2.
+  TransitionChanges first;
+  first.attempt = 1;
+  first.devices = std::vector<std::string>{"cpu0", "cpu1"};
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kStarting, "t", first).ok());
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kStarting, JobState::kRunning, "t").ok());
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kRunning, JobState::kRestarting, "t").ok());
+  TransitionChanges second;
+  second.attempt = 2;
+  second.devices = std::vector<std::string>{"cpu2", "cpu3"};
+  ASSERT_TRUE(
+      store_->Transition("j-1", JobState::kRestarting, JobState::kStarting, "t", second).ok());
+  JobMetrics metrics(store_.get(), /*retain_seconds=*/0);
+  MetricRecord m = Point(0, 1);
+  m.gpu_utilization = 0.5;
+  m.gpu_memory_used_bytes = 100;
+  metrics.OnMetrics({m});
+  EXPECT_THAT(
+      metrics.Scrape(),
+      HasSubstr("adctl_rank_gpu_utilization_ratio{gpu=\"cpu0\",job_id=\"j-1\",rank=\"0\"} 0.5"));
+  m.attempt = 2;
+  m.step = 2;
+  m.gpu_utilization = 0.75;
+  metrics.OnMetrics({m});
+  std::string text = metrics.Scrape();
+  EXPECT_THAT(
+      text,
+      HasSubstr("adctl_rank_gpu_utilization_ratio{gpu=\"cpu2\",job_id=\"j-1\",rank=\"0\"} 0.75"));
+  EXPECT_THAT(text, HasSubstr("adctl_rank_gpu_info{gpu=\"cpu2\",job_id=\"j-1\""));
+  EXPECT_THAT(text, Not(HasSubstr("gpu=\"cpu0\""))) << text;
+  // The job's end drops everything, the moved series included, and nothing else.
+  metrics.OnJobFinished("j-1", JobState::kSucceeded);
+  text = metrics.Scrape();
+  EXPECT_THAT(text, Not(HasSubstr("j-1")));
+  EXPECT_EQ(metrics.SeriesOf("j-1"), 0u);
+}
+
 TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
   JobMetrics metrics(store_.get(), /*retain_seconds=*/0);
   metrics.OnMetrics({Point(0, 1), Point(1, 1)});
