@@ -1,9 +1,9 @@
 // adctld: the adctl coordinator daemon.
 //
 // Owns the SQLite state under --data-dir, serves adctl.v1.JobService and WorkerService over
-// gRPC (with server reflection), /metrics + /healthz + a JSON API over HTTP, and launches one
-// adworker per rank. Stopping adctld (SIGTERM/SIGINT) leaves running jobs running: a restarted
-// adctld re-attaches them.
+// gRPC (with server reflection), /metrics + /healthz + the web page and its JSON API over HTTP
+// (server/http/http_server.h), and launches one adworker per rank. Stopping adctld
+// (SIGTERM/SIGINT) leaves running jobs running: a restarted adctld re-attaches them.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   std::string worker_binary;
   std::string advertise;
   std::string token;
-  std::string static_dir;
+  std::string static_dir = ADCTL_DEFAULT_STATIC_DIR;
   std::string log_level;
   int cpu_slots = 0;
   double restart_backoff = 1.0;
@@ -98,9 +98,11 @@ int main(int argc, char** argv) {
                  "address ranks dial to reach this adctld (default: the --listen address, "
                  "0.0.0.0 replaced by 127.0.0.1)");
   app.add_option("--token", token,
-                 "require this bearer token on JobService calls (default: env ADCTLD_TOKEN; "
-                 "empty: no token)");
-  app.add_option("--static-dir", static_dir, "web page files to serve over HTTP");
+                 "require this bearer token on JobService calls and the HTTP JSON API (default: "
+                 "env ADCTLD_TOKEN; empty: no token)");
+  app.add_option("--static-dir", static_dir,
+                 "the web page's files (web/dist), served at / on the --http address")
+      ->capture_default_str();
   app.add_option("--restart-backoff", restart_backoff, "seconds before a restart relaunches")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (env ADCTL_LOG_LEVEL)");
@@ -187,7 +189,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  adctl::HttpServer http_server(&queries, &metrics, static_dir);
+  adctl::HttpServer http_server(&supervisor.jobs(), &queries, &metrics,
+                                adctl::HttpOptions{static_dir, token});
   std::string http_address;
   if (!http.empty()) {
     std::string http_host;
