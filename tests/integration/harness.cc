@@ -53,7 +53,8 @@ std::string ShellQuote(const std::string& s) {
 
 }  // namespace
 
-Coordinator::Coordinator(int cpu_slots) : cpu_slots_(cpu_slots) {
+Coordinator::Coordinator(int cpu_slots, std::string token)
+    : cpu_slots_(cpu_slots), token_(std::move(token)) {
   char tmpl[] = "/tmp/adctl-it-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
@@ -96,6 +97,8 @@ void Coordinator::Start() {
     // A restart reuses the addresses: ranks that outlived adctld dial the same one.
     std::string listen = grpc_.empty() ? "127.0.0.1:0" : grpc_;
     std::string http = http_.empty() ? "127.0.0.1:0" : http_;
+    // The token travels in the environment (ADCTLD_TOKEN), as a deployment would pass it.
+    if (!token_.empty()) setenv("ADCTLD_TOKEN", token_.c_str(), 1);
     execl(AdctldPath().c_str(), "adctld", "--data-dir", data.c_str(), "--listen", listen.c_str(),
           "--http", http.c_str(), "--cpu-slots", slots.c_str(), "--worker-binary", worker.c_str(),
           "--restart-backoff", "0.2", static_cast<char*>(nullptr));
@@ -134,7 +137,8 @@ CommandResult Coordinator::Adctl(const std::vector<std::string>& args) const {
   static int counter = 0;
   const std::string base =
       dir_ + "/cmd-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
-  std::string cmd = ShellQuote(AdctlPath());
+  std::string cmd = token_.empty() ? "" : "ADCTL_TOKEN=" + ShellQuote(token_) + " ";
+  cmd += ShellQuote(AdctlPath());
   if (std::find(args.begin(), args.end(), "--server") == args.end()) {
     cmd += " --server " + ShellQuote(grpc_);
   }
@@ -186,10 +190,30 @@ nlohmann::json Coordinator::WaitState(const std::string& id, const std::string& 
 }
 
 std::string Coordinator::HttpGet(const std::string& path) const {
+  HttpReply reply = Http("GET", path);
+  return reply.status == 200 ? reply.body : "";
+}
+
+HttpReply Coordinator::Http(const std::string& method, const std::string& path,
+                            const std::string& body) const {
+  return HttpWithAuthorization(method, path, token_.empty() ? "" : "Bearer " + token_, body);
+}
+
+HttpReply Coordinator::HttpWithAuthorization(const std::string& method, const std::string& path,
+                                             const std::string& authorization,
+                                             const std::string& body) const {
   httplib::Client client("http://" + http_);
-  auto res = client.Get(path.c_str());
-  if (!res || res->status != 200) return "";
-  return res->body;
+  client.set_read_timeout(90, 0);  // long polls
+  httplib::Headers headers;
+  if (!authorization.empty()) headers.emplace("Authorization", authorization);
+  auto res = method == "POST" ? client.Post(path.c_str(), headers, body, "application/json")
+                              : client.Get(path.c_str(), headers);
+  HttpReply reply;
+  if (!res) return reply;
+  reply.status = res->status;
+  reply.body = res->body;
+  reply.json = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  return reply;
 }
 
 }  // namespace adctl::testing
