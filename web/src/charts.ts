@@ -111,7 +111,7 @@ export class RankChart {
 export const CHART_SPECS: ChartSpec[] = [
   { id: "loss", title: "Loss", value: (p) => p.loss },
   { id: "clips", title: "Throughput (clips/s)", value: (p) => p.clips_per_second, unit: "clips/s" },
-  { id: "mfu", title: "MFU (%)", value: (p) => (p.mfu_ratio > 0 ? p.mfu_ratio * 100 : null), unit: "%" },
+  { id: "mfu", title: "MFU (%; GPU ranks only)", value: (p) => (p.mfu_ratio > 0 ? p.mfu_ratio * 100 : null), unit: "%" },
   {
     id: "gpu",
     title: "GPU utilisation (%; CPU share on CPU slots)",

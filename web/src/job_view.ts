@@ -93,7 +93,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     if (rankSelect.options.length !== ranks) {
       const chosen = rankSelect.value;
       rankSelect.replaceChildren(...Array.from({ length: ranks }, (_, r) => el("option", { value: String(r) }, String(r))));
-      if (Number(chosen) < ranks) rankSelect.value = chosen;
+      if (chosen !== "" && Number(chosen) < ranks) rankSelect.value = chosen;
     }
   }
 
