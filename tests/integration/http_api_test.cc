@@ -69,6 +69,12 @@ TEST(HttpApiTest, TokenGuardsTheJsonApiButNotMetricsOrHealth) {
   EXPECT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.body.find("adctl_jobs"), std::string::npos);
   EXPECT_EQ(c.HttpWithAuthorization("GET", "/healthz", "").status, 200);
+  // The page's files too (adctld's default --static-dir), when the web target built them.
+  if (fs::exists(std::string(ADCTL_TEST_STATIC_DIR) + "/index.html")) {
+    const HttpReply page = c.HttpWithAuthorization("GET", "/", "");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_NE(page.body.find("<title>adctl</title>"), std::string::npos) << page.body;
+  }
 }
 
 TEST(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
