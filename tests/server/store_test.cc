@@ -52,7 +52,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 4);
+  EXPECT_EQ(store_->schema_version(), 5);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
@@ -85,6 +85,12 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
                          "DROP TABLE samples; ALTER TABLE metrics DROP COLUMN mfu_ratio; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_utilization; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_memory_used_bytes; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_memory_total_bytes; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_power_watts; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_temperature_celsius; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_sm_clock_hertz; "
                          "ALTER TABLE jobs DROP COLUMN mfu_ratio; "
                          "ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
@@ -96,7 +102,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 4);
+  EXPECT_EQ(store_->schema_version(), 5);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   SampleRecord sample;
