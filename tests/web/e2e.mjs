@@ -147,6 +147,10 @@ async function main() {
   await page.locator('#job-header [data-state="CANCELLED"]').waitFor({ timeout: 90_000 });
   if (!asked.includes(jobId)) throw new Error(`the confirmation did not name the job: '${asked}'`);
   log("CANCELLED on the page after confirming:", asked);
+  // The rank log followed to its end: the training steps are in it.
+  await page.waitForFunction(() => /step \d+/.test(document.querySelector("#log")?.textContent ?? ""), null, {
+    timeout: 30_000,
+  });
   const job = await (await fetch(`${base}/api/v1/jobs/${jobId}`)).json();
   if (job.state !== "JOB_STATE_CANCELLED") throw new Error(`API says ${job.state}`);
 

@@ -158,15 +158,18 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     renderSamples(samples.samples);
   }
 
-  // Logs: read the chosen rank's log from where the last read ended.
+  // Logs: read the chosen rank's log from where the last read ended. Each call supersedes the
+  // one in flight (its answer is dropped), so a rank change or an early read never doubles text.
   let logRank = 0;
   let logOffset = 0;
   let logTimer = 0;
+  let logRead = 0;
   async function followLog(): Promise<void> {
+    clearTimeout(logTimer);
+    const read = ++logRead;
     try {
-      const rank = logRank;
-      const chunk = await api.logs(id, rank, logOffset);
-      if (stopped || rank !== logRank) return;
+      const chunk = await api.logs(id, logRank, logOffset);
+      if (stopped || read !== logRead) return;
       if (chunk.offset < logOffset) logView.textContent = ""; // the log was replaced
       if (logOffset === 0 && chunk.size - chunk.next_offset > MAX_LOG_CHARS) {
         logOffset = chunk.size - 64 * 1024; // a long log: start near its end
@@ -187,12 +190,11 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
       if (!more && job && !isLive(job)) return; // the end of a finished job's log
       logTimer = window.setTimeout(followLog, more ? 0 : 1500);
     } catch (e) {
-      if (!stopped) logTimer = window.setTimeout(followLog, 3000);
+      if (!stopped && read === logRead) logTimer = window.setTimeout(followLog, 3000);
       if (e instanceof ApiError && e.status !== 400) setStatus(e.message);
     }
   }
   rankSelect.addEventListener("change", () => {
-    clearTimeout(logTimer);
     logRank = Number(rankSelect.value);
     logOffset = 0;
     logView.textContent = "";
@@ -251,7 +253,10 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
             c.render();
           });
         }
-        if (u.events.length) await refreshFiles();
+        if (u.events.length) {
+          await refreshFiles();
+          if (!isLive(u.job)) void followLog(); // the log's last lines, now rather than at the next poll
+        }
         setStatus("");
       } catch (e) {
         if (stopped) return;
