@@ -1,9 +1,9 @@
 // adctld: the adctl coordinator daemon.
 //
 // Owns the SQLite state under --data-dir, serves adctl.v1.JobService and WorkerService over
-// gRPC (with server reflection), /metrics + /healthz + a JSON API over HTTP, and launches one
-// adworker per rank. Stopping adctld (SIGTERM/SIGINT) leaves running jobs running: a restarted
-// adctld re-attaches them.
+// gRPC (with server reflection), /metrics + /healthz + the web page and its JSON API over HTTP
+// (server/http/http_server.h), and launches one adworker per rank. Stopping adctld
+// (SIGTERM/SIGINT) leaves running jobs running: a restarted adctld re-attaches them.
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
   std::string advertise;
   std::string tokens_file;
   std::string on_stop = "detach";
-  std::string static_dir;
+  std::string metrics_auth = "open";
+  std::string static_dir = ADCTL_DEFAULT_STATIC_DIR;
   std::string log_level;
   int cpu_slots = 0;
   double restart_backoff = 1.0;
@@ -182,12 +183,19 @@ int main(int argc, char** argv) {
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
                  "neither, adctld listens on loopback only");
+  app.add_option("--metrics-auth", metrics_auth,
+                 "'open': /metrics and /healthz need no token (Prometheus scrapes them); 'token': "
+                 "they need a viewer's, like the JSON API")
+      ->check(CLI::IsMember({"open", "token"}))
+      ->capture_default_str();
   app.add_option("--on-stop", on_stop,
                  "on SIGTERM/SIGINT: 'detach' leaves running ranks running (the next adctld "
                  "re-attaches them); 'pause' checkpoints every running job and leaves it PAUSED")
       ->check(CLI::IsMember({"detach", "pause"}))
       ->capture_default_str();
-  app.add_option("--static-dir", static_dir, "web page files to serve over HTTP");
+  app.add_option("--static-dir", static_dir,
+                 "the web page's files (web/dist), served at / on the --http address")
+      ->capture_default_str();
   app.add_option("--restart-backoff", restart_backoff, "seconds before a restart relaunches")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (env ADCTL_LOG_LEVEL)");
@@ -315,7 +323,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  adctl::HttpServer http_server(&queries, &metrics, static_dir);
+  adctl::HttpServer http_server(&supervisor.jobs(), &queries, &metrics,
+                                adctl::HttpOptions{static_dir, &access, metrics_auth == "token"});
   std::string http_address;
   if (!http.empty()) {
     std::string http_host;

@@ -1,6 +1,7 @@
 #include "server/api/job_queries.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -67,12 +68,43 @@ Result<std::vector<EventRecord>> JobQueries::ListEvents(const std::string& job_i
   return store_->ListEvents(job_id, after_id, limit);
 }
 
+std::vector<MetricRecord> DownsampleMetrics(std::vector<MetricRecord> points, int max_per_rank) {
+  if (max_per_rank <= 0) return points;
+  // Indices of each series, in id order.
+  std::map<std::pair<int, int>, std::vector<size_t>> series;
+  for (size_t i = 0; i < points.size(); ++i) {
+    series[{points[i].attempt, points[i].rank}].push_back(i);
+  }
+  std::vector<bool> keep(points.size(), false);
+  for (const auto& [key, indices] : series) {
+    const size_t n = indices.size();
+    const size_t want = static_cast<size_t>(max_per_rank);
+    if (n <= want) {
+      for (size_t i : indices) keep[i] = true;
+    } else if (want == 1) {
+      keep[indices.back()] = true;
+    } else {
+      // k-th of `want` points at index round(k·(n-1)/(want-1)): 0 and n-1 included.
+      for (size_t k = 0; k < want; ++k)
+        keep[indices[(k * (n - 1) + (want - 1) / 2) / (want - 1)]] = true;
+    }
+  }
+  std::vector<MetricRecord> out;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (keep[i]) out.push_back(std::move(points[i]));
+  }
+  return out;
+}
+
 Result<std::vector<MetricRecord>> JobQueries::ListMetrics(const std::string& job_id,
-                                                          int64_t after_id) const {
+                                                          int64_t after_id,
+                                                          int max_points_per_rank) const {
   ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  return store_->ListMetrics(job_id, after_id);
+  auto points = store_->ListMetrics(job_id, after_id);
+  if (!points.ok()) return points.status();
+  return DownsampleMetrics(std::move(points.value()), max_points_per_rank);
 }
 
 Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::string& job_id) const {
@@ -201,6 +233,23 @@ Result<WatchBatch> JobQueries::Watch(const std::string& job_id, WatchCursor* cur
     if (!batch.metrics.empty()) cursor->last_metric_id = batch.metrics.back().id;
   }
   return batch;
+}
+
+Result<WatchBatch> JobQueries::WaitForUpdates(const std::string& job_id, WatchCursor* cursor,
+                                              int timeout_ms) const {
+  ChangeFeed& changes = supervisor_->changes();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  while (true) {
+    // The version is read before the store, so a change between the two wakes the wait below.
+    uint64_t version = changes.version();
+    auto batch = Watch(job_id, cursor);
+    if (!batch.ok() || !batch->events.empty() || !batch->metrics.empty()) return batch;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || changes.closed()) return batch;
+    changes.WaitForChange(&version, static_cast<int>(left.count()));
+  }
 }
 
 }  // namespace adctl

@@ -65,6 +65,10 @@ struct WatchBatch {
   std::vector<MetricRecord> metrics;  // after the cursor
 };
 
+// Thins each (rank, attempt) series of `points` (ordered by id) to at most `max_per_rank`
+// points, evenly spaced by index, first and last kept; the result stays ordered by id.
+std::vector<MetricRecord> DownsampleMetrics(std::vector<MetricRecord> points, int max_per_rank);
+
 class JobQueries {
  public:
   JobQueries(Store* store, Supervisor* supervisor) : store_(store), supervisor_(supervisor) {}
@@ -75,8 +79,11 @@ class JobQueries {
                                         int64_t before_seq = 0) const;
   Result<std::vector<EventRecord>> ListEvents(const std::string& job_id, int64_t after_id = 0,
                                               int limit = 0) const;
-  Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id,
-                                                int64_t after_id = 0) const;
+  // Points after `after_id`, ordered by id. `max_points_per_rank` > 0 thins each rank's series
+  // (per attempt) to at most that many points, evenly spaced over its history and always
+  // keeping its first and last point (DownsampleMetrics).
+  Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id, int64_t after_id = 0,
+                                                int max_points_per_rank = 0) const;
   // Disk is the truth for what exists (retention deletes); the store adds who wrote it, when.
   // Ordered by step.
   Result<std::vector<CheckpointView>> ListCheckpoints(const std::string& job_id) const;
@@ -101,6 +108,12 @@ class JobQueries {
   void WaitForChange(uint64_t* version, int timeout_ms) const {
     supervisor_->changes().WaitForChange(version, timeout_ms);
   }
+  // The long poll of the HTTP API: Watch, but when nothing happened since `cursor` it waits up
+  // to `timeout_ms` for an event or a metric point of this job (every state change has its
+  // event row). Returns an empty batch (the job snapshot only) at the timeout or when adctld is
+  // stopping.
+  Result<WatchBatch> WaitForUpdates(const std::string& job_id, WatchCursor* cursor,
+                                    int timeout_ms) const;
 
  private:
   Store* const store_;

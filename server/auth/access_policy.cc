@@ -122,7 +122,9 @@ AccessDecision AccessPolicy::Check(const std::string& bearer, Role needed) const
   if (!enabled()) return d;
   if (bearer.empty()) {
     d.kind = AccessDecision::Kind::kUnauthenticated;
-    d.message = "no token: set ADCTL_TOKEN or token: in ~/.config/adctl/config.yaml";
+    d.message =
+        "no token: this adctld requires 'Authorization: Bearer <token>' (adctl: ADCTL_TOKEN or "
+        "token: in ~/.config/adctl/config.yaml)";
     return d;
   }
   const std::string hash = TokenHash(bearer);

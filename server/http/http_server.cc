@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "server/api/convert.h"
@@ -15,7 +17,15 @@ namespace adctl {
 
 namespace {
 
-// The HTTP status of each adctl::Status code (as grpc-gateway maps the gRPC codes).
+constexpr int kDefaultPollMs = 25000;
+constexpr int kMaxPollMs = 60000;
+constexpr int64_t kDefaultLogBytes = 64 * 1024;
+constexpr int64_t kMaxLogBytes = 1 << 20;
+// Long polls hold a thread each; more than cpp-httplib's default of max(8, cores - 1).
+constexpr size_t kHttpThreads = 32;
+
+// The HTTP status of each adctl::Status code (as grpc-gateway maps the gRPC codes, except
+// FailedPrecondition: a command on a job in the wrong state is a conflict with its state, 409).
 int HttpStatusOf(StatusCode code) {
   switch (code) {
     case StatusCode::kOk:
@@ -23,7 +33,7 @@ int HttpStatusOf(StatusCode code) {
     case StatusCode::kInvalidArgument:
       return 400;
     case StatusCode::kFailedPrecondition:
-      return 400;
+      return 409;
     case StatusCode::kPermissionDenied:
       return 403;
     case StatusCode::kNotFound:
@@ -37,36 +47,197 @@ int HttpStatusOf(StatusCode code) {
   }
 }
 
+void SendJson(httplib::Response& res, const nlohmann::json& body) {
+  // Log bytes need not be UTF-8: invalid sequences become U+FFFD instead of throwing.
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                  "application/json");
+}
+
+void SendError(httplib::Response& res, int http_status, const std::string& code,
+               const std::string& message) {
+  res.status = http_status;
+  SendJson(res, {{"error", code}, {"message", message}});
+}
+
 void SendError(httplib::Response& res, const Status& st) {
-  res.status = HttpStatusOf(st.code());
-  nlohmann::json body = {{"error", StatusCodeName(st.code())}, {"message", st.message()}};
-  res.set_content(body.dump(), "application/json");
+  SendError(res, HttpStatusOf(st.code()), StatusCodeName(st.code()), st.message());
 }
 
 const char* ContentTypeOf(const std::string& path) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".mp4") return "video/mp4";
   if (ext == ".gif") return "image/gif";
+  if (ext == ".png") return "image/png";
   if (ext == ".json") return "application/json";
   return "application/octet-stream";
 }
 
+// An integer query parameter in [min, max]; `fallback` when absent.
+Result<int64_t> IntParam(const httplib::Request& req, const std::string& name, int64_t fallback,
+                         int64_t min, int64_t max) {
+  if (!req.has_param(name)) return fallback;
+  const std::string text = req.get_param_value(name);
+  int64_t value = 0;
+  try {
+    size_t used = 0;
+    value = std::stoll(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+  } catch (const std::exception&) {
+    return InvalidArgument(name + ": expected an integer, got '" + text + "'");
+  }
+  if (value < min || value > max) {
+    return InvalidArgument(name + ": must be in [" + std::to_string(min) + ", " +
+                           std::to_string(max) + "], got " + text);
+  }
+  return value;
+}
+
+// The request body of a command as a JSON object ({} when empty).
+Result<nlohmann::json> JsonBody(const httplib::Request& req) {
+  if (req.body.empty()) return nlohmann::json::object();
+  auto body = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  return body;
+}
+
+// An optional JSON number field of a command body, >= 0.
+Result<std::optional<double>> OptionalSeconds(const nlohmann::json& body, const char* name) {
+  if (!body.contains(name) || body[name].is_null()) return std::optional<double>();
+  if (!body[name].is_number() || body[name].get<double>() < 0) {
+    return InvalidArgument(std::string(name) + ": expected a number >= 0");
+  }
+  return std::optional<double>(body[name].get<double>());
+}
+
+// The bearer token of a request ("" when none); `problem` says what is malformed.
+std::string Bearer(const httplib::Request& req, std::string* problem) {
+  const std::string header = req.get_header_value("Authorization");
+  if (header.empty()) return "";
+  const std::string prefix = "Bearer ";
+  if (header.rfind(prefix, 0) != 0) {
+    *problem = "Authorization: expected 'Bearer <token>'";
+    return "";
+  }
+  return header.substr(prefix.size());
+}
+
+// A JSON array of metric points (adctl.v1.MetricPoint each).
+std::string PointsArray(const std::vector<MetricRecord>& points) {
+  std::string out = "[";
+  for (size_t i = 0; i < points.size(); ++i) {
+    v1::MetricPoint p;
+    MetricToProto(points[i], &p);
+    out += (i ? "," : "") + ToJson(p);
+  }
+  return out + "]";
+}
+
+std::string EventsArray(const std::vector<EventRecord>& events) {
+  std::string out = "[";
+  for (size_t i = 0; i < events.size(); ++i) {
+    v1::Event e;
+    EventToProto(events[i], &e);
+    out += (i ? "," : "") + ToJson(e);
+  }
+  return out + "]";
+}
+
 }  // namespace
 
-HttpServer::HttpServer(const JobQueries* queries, JobMetrics* metrics, std::string static_dir)
-    : queries_(queries), metrics_(metrics), static_dir_(std::move(static_dir)) {}
+HttpServer::HttpServer(JobManager* jobs, const JobQueries* queries, JobMetrics* metrics,
+                       HttpOptions options)
+    : jobs_(jobs), queries_(queries), metrics_(metrics), options_(std::move(options)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
 Result<int> HttpServer::Start(const std::string& host, int port) {
   server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *server_;
+  s.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+  if (options_.access != nullptr && options_.access->enabled()) {
+    // The JSON API as JobService: reads need a viewer, commands (POST) a submitter; /metrics and
+    // /healthz only with --metrics-auth token; the page's files stay open (they hold no data).
+    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const bool api = req.path.rfind("/api/", 0) == 0;
+      const bool scrape = req.path == "/metrics" || req.path == "/healthz";
+      if (!api && !(scrape && options_.metrics_need_token)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      const Role needed =
+          req.method == "GET" || req.method == "HEAD" ? Role::kViewer : Role::kSubmitter;
+      std::string problem;
+      const std::string token = Bearer(req, &problem);
+      AccessDecision d;
+      if (problem.empty()) {
+        d = options_.access->Check(token, needed);
+      } else {
+        d.kind = AccessDecision::Kind::kUnauthenticated;
+        d.message = problem;
+      }
+      if (d.allowed()) return httplib::Server::HandlerResponse::Unhandled;
+      if (d.kind == AccessDecision::Kind::kUnauthenticated) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        SendError(res, 401, "UNAUTHENTICATED", d.message);
+      } else {
+        SendError(res, 403, "PERMISSION_DENIED", d.message);
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
+  // Errors cpp-httplib answers itself under /api/ (no route, a malformed request) are JSON too.
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (req.path.rfind("/api/", 0) != 0 || !res.body.empty()) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        const std::string what = req.method + " " + req.path + ": ";
+        if (res.status == 404) {
+          SendError(res, 404, "NOT_FOUND", what + "no such API route");
+        } else if (res.status == 400) {
+          SendError(res, 400, "INVALID_ARGUMENT",
+                    what + "malformed request (a POST needs a body or Content-Length: 0)");
+        } else {
+          SendError(res, res.status, "ERROR", what + "HTTP " + std::to_string(res.status));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Scrape(), kPrometheusContentType);
   });
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  AddJobRoutes(s);
+  AddCommandRoutes(s);
+  s.Get("/api/v1/devices", [this](const httplib::Request&, httplib::Response& res) {
+    v1::ListDevicesResponse out;
+    for (const DeviceStatus& d : queries_->Devices()) DeviceToProto(d, out.add_devices());
+    res.set_content(ToJson(out), "application/json");
+  });
+  if (!options_.static_dir.empty() && std::filesystem::is_directory(options_.static_dir)) {
+    s.set_mount_point("/", options_.static_dir);
+  }
+  // httplib's default adds SO_REUSEPORT, which lets a second daemon share a taken port.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  int bound = port;
+  if (port == 0) {
+    bound = s.bind_to_any_port(host);
+  } else if (!s.bind_to_port(host, port)) {
+    bound = -1;
+  }
+  if (bound <= 0) {
+    return Unavailable("--http " + host + ":" + std::to_string(port) +
+                       ": cannot listen for HTTP there (is the port taken, e.g. by another "
+                       "adctld?)");
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return bound;
+}
+
+void HttpServer::AddJobRoutes(httplib::Server& s) {
   s.Get("/api/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
     std::vector<JobState> states;
     if (req.has_param("state")) {
@@ -95,30 +266,94 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
           for (const EventRecord& e : events.value()) EventToProto(e, out.add_events());
           res.set_content(ToJson(out), "application/json");
         });
-  s.Get(R"(/api/v1/jobs/([^/]+)/metrics)",
+  s.Get(R"(/api/v1/jobs/([^/]+)/metrics)", [this](const httplib::Request& req,
+                                                  httplib::Response& res) {
+    auto max_points = IntParam(req, "max_points", 0, 1, 1000000);
+    if (!max_points.ok()) return SendError(res, max_points.status());
+    auto after_id = IntParam(req, "after_id", 0, 0, std::numeric_limits<int64_t>::max());
+    if (!after_id.ok()) return SendError(res, after_id.status());
+    auto points = queries_->ListMetrics(req.matches[1], *after_id, static_cast<int>(*max_points));
+    if (!points.ok()) return SendError(res, points.status());
+    int64_t last_id = *after_id;
+    for (const MetricRecord& m : points.value()) last_id = std::max(last_id, m.id);
+    res.set_content("{\"points\": " + PointsArray(points.value()) +
+                        ", \"last_id\": " + std::to_string(last_id) + "}",
+                    "application/json");
+  });
+  s.Get(R"(/api/v1/jobs/([^/]+)/updates)", [this](const httplib::Request& req,
+                                                  httplib::Response& res) {
+    const int64_t max_id = std::numeric_limits<int64_t>::max();
+    auto after_event = IntParam(req, "after_event", 0, 0, max_id);
+    if (!after_event.ok()) return SendError(res, after_event.status());
+    auto after_metric = IntParam(req, "after_metric", 0, 0, max_id);
+    if (!after_metric.ok()) return SendError(res, after_metric.status());
+    auto timeout_ms = IntParam(req, "timeout_ms", kDefaultPollMs, 0, kMaxPollMs);
+    if (!timeout_ms.ok()) return SendError(res, timeout_ms.status());
+    WatchCursor cursor{*after_event, *after_metric};
+    auto batch = queries_->WaitForUpdates(req.matches[1], &cursor, static_cast<int>(*timeout_ms));
+    if (!batch.ok()) return SendError(res, batch.status());
+    v1::Job job;
+    JobViewToProto(batch->job, &job);
+    res.set_content("{\"job\": " + ToJson(job) + ", \"events\": " + EventsArray(batch->events) +
+                        ", \"points\": " + PointsArray(batch->metrics) +
+                        ", \"last_event\": " + std::to_string(cursor.last_event_id) +
+                        ", \"last_metric\": " + std::to_string(cursor.last_metric_id) + "}",
+                    "application/json");
+  });
+  s.Get(R"(/api/v1/jobs/([^/]+)/logs)",
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto points = queries_->ListMetrics(req.matches[1]);
-          if (!points.ok()) return SendError(res, points.status());
-          std::string body = "{\"points\": [";
-          for (size_t i = 0; i < points->size(); ++i) {
-            v1::MetricPoint p;
-            MetricToProto((*points)[i], &p);
-            body += (i ? "," : "") + ToJson(p);
+          auto view = queries_->GetJob(req.matches[1], /*with_ranks=*/false);
+          if (!view.ok()) return SendError(res, view.status());
+          const JobRecord& job = view->job;
+          auto rank = IntParam(req, "rank", 0, 0, std::numeric_limits<int>::max());
+          if (!rank.ok()) return SendError(res, rank.status());
+          auto attempt = IntParam(req, "attempt", 0, 0, std::numeric_limits<int>::max());
+          if (!attempt.ok()) return SendError(res, attempt.status());
+          auto offset = IntParam(req, "offset", 0, 0, std::numeric_limits<int64_t>::max());
+          if (!offset.ok()) return SendError(res, offset.status());
+          auto max_bytes = IntParam(req, "max_bytes", kDefaultLogBytes, 1, kMaxLogBytes);
+          if (!max_bytes.ok()) return SendError(res, max_bytes.status());
+          Status ref =
+              JobQueries::CheckRankLogRef(job, static_cast<int>(*attempt), static_cast<int>(*rank));
+          if (!ref.ok()) return SendError(res, ref);
+          const int chosen = *attempt == 0 ? job.attempt : static_cast<int>(*attempt);
+          nlohmann::json out = {{"attempt", chosen}, {"rank", *rank},    {"exists", false},
+                                {"offset", *offset}, {"next_offset", 0}, {"size", 0},
+                                {"data", ""}};
+          if (chosen > 0) {
+            LogRead read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), *offset,
+                                                 static_cast<size_t>(*max_bytes));
+            // A log shorter than the offset was replaced (truncated): read it from the start.
+            int64_t from = *offset;
+            if (read.exists && read.size < from) {
+              from = 0;
+              read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), 0,
+                                           static_cast<size_t>(*max_bytes));
+            }
+            out["exists"] = read.exists;
+            out["offset"] = from;
+            out["size"] = read.size;
+            out["next_offset"] = from + static_cast<int64_t>(read.data.size());
+            out["data"] = std::move(read.data);
           }
-          body += "]}";
-          res.set_content(body, "application/json");
+          out["job_state"] = JobStateName(job.state);
+          SendJson(res, out);
+        });
+  s.Get(R"(/api/v1/jobs/([^/]+)/checkpoints)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto checkpoints = queries_->ListCheckpoints(req.matches[1]);
+          if (!checkpoints.ok()) return SendError(res, checkpoints.status());
+          v1::ListCheckpointsResponse out;
+          for (const CheckpointView& c : checkpoints.value()) {
+            CheckpointToProto(c, out.add_checkpoints());
+          }
+          res.set_content(ToJson(out), "application/json");
         });
   s.Get(R"(/api/v1/jobs/([^/]+)/samples)",
         [this](const httplib::Request& req, httplib::Response& res) {
-          int64_t step = 0;
-          if (req.has_param("step")) {
-            try {
-              step = std::stoll(req.get_param_value("step"));
-            } catch (const std::exception&) {
-              return SendError(res, InvalidArgument("step: expected an integer"));
-            }
-          }
-          auto samples = queries_->ListSamples(req.matches[1], step);
+          auto step = IntParam(req, "step", 0, 0, std::numeric_limits<int64_t>::max());
+          if (!step.ok()) return SendError(res, step.status());
+          auto samples = queries_->ListSamples(req.matches[1], *step);
           if (!samples.ok()) return SendError(res, samples.status());
           v1::ListSamplesResponse out;
           for (const SampleView& v : samples.value()) SampleToProto(v, out.add_samples());
@@ -141,32 +376,52 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
                 return got > 0 && sink.write(buffer.data(), got);
               });
         });
-  s.Get("/api/v1/devices", [this](const httplib::Request&, httplib::Response& res) {
-    v1::ListDevicesResponse out;
-    for (const DeviceStatus& d : queries_->Devices()) DeviceToProto(d, out.add_devices());
+}
+
+void HttpServer::AddCommandRoutes(httplib::Server& s) {
+  // The commands answer the job as JobService does (JobToProto of JobManager's record).
+  auto reply = [](httplib::Response& res, const Result<JobRecord>& job) {
+    if (!job.ok()) return SendError(res, job.status());
+    v1::Job out;
+    JobToProto(job.value(), "", &out);
     res.set_content(ToJson(out), "application/json");
-  });
-  if (!static_dir_.empty() && std::filesystem::is_directory(static_dir_)) {
-    s.set_mount_point("/", static_dir_);
-  }
-  // httplib's default adds SO_REUSEPORT, which lets a second daemon share a taken port.
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  int bound = port;
-  if (port == 0) {
-    bound = s.bind_to_any_port(host);
-  } else if (!s.bind_to_port(host, port)) {
-    bound = -1;
-  }
-  if (bound <= 0) {
-    return Unavailable("--http " + host + ":" + std::to_string(port) +
-                       ": cannot listen for HTTP there (is the port taken, e.g. by another "
-                       "adctld?)");
-  }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  return bound;
+  };
+  s.Post(R"(/api/v1/jobs/([^/]+)/cancel)",
+         [this, reply](const httplib::Request& req, httplib::Response& res) {
+           auto body = JsonBody(req);
+           if (!body.ok()) return SendError(res, body.status());
+           auto grace = OptionalSeconds(*body, "grace_seconds");
+           if (!grace.ok()) return SendError(res, grace.status());
+           bool force = false;
+           if (body->contains("force")) {
+             if (!(*body)["force"].is_boolean()) {
+               return SendError(res, InvalidArgument("force: expected true or false"));
+             }
+             force = (*body)["force"].get<bool>();
+           }
+           reply(res, jobs_->Cancel(req.matches[1], *grace, force));
+         });
+  s.Post(R"(/api/v1/jobs/([^/]+)/pause)",
+         [this, reply](const httplib::Request& req, httplib::Response& res) {
+           auto body = JsonBody(req);
+           if (!body.ok()) return SendError(res, body.status());
+           auto grace = OptionalSeconds(*body, "grace_seconds");
+           if (!grace.ok()) return SendError(res, grace.status());
+           reply(res, jobs_->Pause(req.matches[1], *grace));
+         });
+  s.Post(R"(/api/v1/jobs/([^/]+)/resume)",
+         [this, reply](const httplib::Request& req, httplib::Response& res) {
+           auto body = JsonBody(req);
+           if (!body.ok()) return SendError(res, body.status());
+           std::optional<int> gpus;
+           if (body->contains("gpus")) {
+             if (!(*body)["gpus"].is_number_integer()) {
+               return SendError(res, InvalidArgument("gpus: expected an integer"));
+             }
+             gpus = (*body)["gpus"].get<int>();
+           }
+           reply(res, jobs_->Resume(req.matches[1], gpus));
+         });
 }
 
 void HttpServer::Stop() {

@@ -1,14 +1,26 @@
-// adctld's HTTP side: /metrics (Prometheus text format), /healthz, and a small read-only JSON
-// API for the web page and scripts:
-//   GET /api/v1/jobs[?state=RUNNING]     {"jobs": [...]}  (adctl.v1.Job as JSON)
-//   GET /api/v1/jobs/<id>                adctl.v1.Job
-//   GET /api/v1/jobs/<id>/events         {"events": [...]}
-//   GET /api/v1/jobs/<id>/metrics        {"points": [...]}  (every rank, full history)
-//   GET /api/v1/jobs/<id>/samples[?step=N]  {"samples": [...]}  (validation samples)
-//   GET /api/v1/jobs/<id>/artifacts/<path>  a file under the job's samples/ or export/
-//   GET /api/v1/devices                  {"devices": [...]}
-// Static files of the web page are served from `static_dir` when it exists. Runs its own
-// threads (cpp-httplib); Start/Stop from one thread.
+// adctld's HTTP side: /metrics (Prometheus text format), /healthz, the web page's static files
+// and the JSON API (docs/web.md has every endpoint with examples):
+//   GET  /api/v1/jobs[?state=RUNNING]     {"jobs": [...]}  (adctl.v1.Job as JSON)
+//   GET  /api/v1/jobs/<id>                adctl.v1.Job (with its ranks)
+//   GET  /api/v1/jobs/<id>/events         {"events": [...]}
+//   GET  /api/v1/jobs/<id>/metrics[?max_points=N&after_id=M]
+//                                         {"points": [...], "last_id": K}  (N per rank series)
+//   GET  /api/v1/jobs/<id>/updates?after_event=E&after_metric=M[&timeout_ms=T]
+//                                         long poll: {"job", "events", "points", "last_event",
+//                                         "last_metric"} as soon as something is new, or at T
+//   GET  /api/v1/jobs/<id>/logs?rank=R[&attempt=A&offset=N&max_bytes=B]
+//                                         {"data", "offset", "next_offset", "size", ...}
+//   GET  /api/v1/jobs/<id>/checkpoints    {"checkpoints": [...]}
+//   GET  /api/v1/jobs/<id>/samples[?step=N]  {"samples": [...]}  (validation samples)
+//   GET  /api/v1/jobs/<id>/artifacts/<path>  a file under the job's samples/ or export/
+//   POST /api/v1/jobs/<id>/cancel|pause|resume  the JobService commands (JobManager); the job
+//   GET  /api/v1/devices                  {"devices": [...]}
+// Errors are {"error": CODE, "message": "..."} with 400 (bad parameter), 401 (no or unknown
+// token), 403 (a role too low), 404 (unknown job or route), 409 (wrong state for the command).
+// With tokens configured (server/auth/access_policy.h) every /api/ route needs
+// `Authorization: Bearer <token>` of a viewer (GET) or submitter (POST); /metrics and /healthz
+// too with metrics_need_token; the static files stay open.
+// Runs its own threads (cpp-httplib); Start/Stop from one thread.
 #pragma once
 
 #include <memory>
@@ -17,7 +29,9 @@
 
 #include "common/status.h"
 #include "server/api/job_queries.h"
+#include "server/auth/access_policy.h"
 #include "server/metrics/job_metrics.h"
+#include "server/supervisor/job_manager.h"
 
 namespace httplib {
 class Server;
@@ -25,18 +39,31 @@ class Server;
 
 namespace adctl {
 
+struct HttpOptions {
+  std::string static_dir;  // the web page (web/dist); not served when it is not a directory
+  // Who may call the JSON API (viewer: GET, submitter: POST); null or no tokens: open.
+  const AccessPolicy* access = nullptr;
+  bool metrics_need_token = false;  // /metrics and /healthz need a viewer's token too
+};
+
 class HttpServer {
  public:
-  HttpServer(const JobQueries* queries, JobMetrics* metrics, std::string static_dir);
+  HttpServer(JobManager* jobs, const JobQueries* queries, JobMetrics* metrics, HttpOptions options);
   ~HttpServer();
   // Binds host:port (port 0: any free port) and serves in a background thread.
   Result<int> Start(const std::string& host, int port);
+  // Returns once the handlers in flight are done: stop the supervisor first, which ends the
+  // long polls.
   void Stop();
 
  private:
+  void AddJobRoutes(httplib::Server& s);
+  void AddCommandRoutes(httplib::Server& s);
+
+  JobManager* const jobs_;
   const JobQueries* const queries_;
   JobMetrics* const metrics_;
-  const std::string static_dir_;
+  const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };

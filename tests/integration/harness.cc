@@ -54,7 +54,8 @@ std::string ShellQuote(const std::string& s) {
 
 }  // namespace
 
-Coordinator::Coordinator(int cpu_slots) : cpu_slots_(cpu_slots) {
+Coordinator::Coordinator(int cpu_slots, std::string token)
+    : cpu_slots_(cpu_slots), token_(std::move(token)) {
   char tmpl[] = "/tmp/adctl-it-XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
   dir_ = tmpl;
@@ -97,6 +98,8 @@ void Coordinator::Start() {
     // A restart reuses the addresses: ranks that outlived adctld dial the same one.
     std::string listen = grpc_.empty() ? "127.0.0.1:0" : grpc_;
     std::string http = http_.empty() ? "127.0.0.1:0" : http_;
+    // The token travels in the environment (ADCTLD_TOKEN), as a deployment would pass it.
+    if (!token_.empty()) setenv("ADCTLD_TOKEN", token_.c_str(), 1);
     std::vector<std::string> args = {"adctld", "--data-dir",      data,   "--listen",
                                      listen,   "--http",          http,   "--cpu-slots",
                                      slots,    "--worker-binary", worker, "--restart-backoff",
@@ -151,7 +154,8 @@ CommandResult Coordinator::Run(const std::string& program,
   static std::atomic<int> counter{0};  // commands may run from several threads
   const std::string base =
       dir_ + "/cmd-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
-  std::string cmd = ShellQuote(program);
+  std::string cmd = token_.empty() ? "" : "ADCTL_TOKEN=" + ShellQuote(token_) + " ";
+  cmd += ShellQuote(program);
   for (const auto& a : args) cmd += " " + ShellQuote(a);
   cmd += " > " + base + ".out 2> " + base + ".err";
   int status = system(cmd.c_str());
@@ -200,10 +204,30 @@ nlohmann::json Coordinator::WaitState(const std::string& id, const std::string& 
 }
 
 std::string Coordinator::HttpGet(const std::string& path) const {
+  HttpReply reply = Http("GET", path);
+  return reply.status == 200 ? reply.body : "";
+}
+
+HttpReply Coordinator::Http(const std::string& method, const std::string& path,
+                            const std::string& body) const {
+  return HttpWithAuthorization(method, path, token_.empty() ? "" : "Bearer " + token_, body);
+}
+
+HttpReply Coordinator::HttpWithAuthorization(const std::string& method, const std::string& path,
+                                             const std::string& authorization,
+                                             const std::string& body) const {
   httplib::Client client("http://" + http_);
-  auto res = client.Get(path.c_str());
-  if (!res || res->status != 200) return "";
-  return res->body;
+  client.set_read_timeout(90, 0);  // long polls
+  httplib::Headers headers;
+  if (!authorization.empty()) headers.emplace("Authorization", authorization);
+  auto res = method == "POST" ? client.Post(path.c_str(), headers, body, "application/json")
+                              : client.Get(path.c_str(), headers);
+  HttpReply reply;
+  if (!res) return reply;
+  reply.status = res->status;
+  reply.body = res->body;
+  reply.json = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  return reply;
 }
 
 }  // namespace adctl::testing

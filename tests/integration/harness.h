@@ -18,10 +18,18 @@ struct CommandResult {
   std::string err;
 };
 
+// One answer of adctld's HTTP side.
+struct HttpReply {
+  int status = 0;  // 0: no answer
+  std::string body;
+  nlohmann::json json;  // the body parsed (discarded when it is not JSON)
+};
+
 class Coordinator {
  public:
-  // `cpu_slots` ranks can run at once.
-  explicit Coordinator(int cpu_slots = 2);
+  // `cpu_slots` ranks can run at once; a non-empty `token` starts adctld with --token and makes
+  // Adctl() and Http() send it.
+  explicit Coordinator(int cpu_slots = 2, std::string token = "");
   ~Coordinator();  // stops adctld, cancels what still runs, removes the directory
 
   void Start();  // waits until adctld answers
@@ -47,6 +55,13 @@ class Coordinator {
                            const std::string& what) const;
   nlohmann::json WaitState(const std::string& id, const std::string& state, double seconds) const;
   std::string HttpGet(const std::string& path) const;
+  // `method` GET or POST on the HTTP address, with this coordinator's token when it has one.
+  HttpReply Http(const std::string& method, const std::string& path,
+                 const std::string& body = "") const;
+  // The same with exactly this Authorization header ("": none).
+  HttpReply HttpWithAuthorization(const std::string& method, const std::string& path,
+                                  const std::string& authorization,
+                                  const std::string& body = "") const;
 
   const std::string& dir() const { return dir_; }
   const std::string& grpc_address() const { return grpc_; }
@@ -55,6 +70,7 @@ class Coordinator {
  private:
   std::string dir_;
   int cpu_slots_;
+  std::string token_;
   pid_t pid_ = 0;
   std::string grpc_;
   std::string http_;

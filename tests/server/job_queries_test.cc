@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/job_layout.h"
 #include "server/api/convert.h"
@@ -166,6 +168,68 @@ TEST_F(JobQueriesTest, WatchDeliversEachEventOnce) {
   ASSERT_TRUE(third.ok());
   EXPECT_FALSE(third->events.empty());
   EXPECT_EQ(third->job.job.state, JobState::kCancelled);
+}
+
+TEST_F(JobQueriesTest, WaitForUpdatesAnswersAtTheTimeoutOrAsSoonAsTheJobChanges) {
+  auto cursor = queries_->StartWatch(job_.id, 0);
+  ASSERT_TRUE(cursor.ok());
+  ASSERT_TRUE(queries_->Watch(job_.id, &cursor.value()).ok());  // past the "submitted" event
+  auto start = std::chrono::steady_clock::now();
+  auto quiet = queries_->WaitForUpdates(job_.id, &cursor.value(), 300);
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_TRUE(quiet->events.empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(290));
+
+  std::thread cancel([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(supervisor_->jobs().Cancel(job_.id, std::nullopt, false).ok());
+  });
+  start = std::chrono::steady_clock::now();
+  auto woken = queries_->WaitForUpdates(job_.id, &cursor.value(), 20000);
+  cancel.join();
+  ASSERT_TRUE(woken.ok());
+  EXPECT_FALSE(woken->events.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(woken->job.job.state, JobState::kCancelled);
+  EXPECT_EQ(queries_->WaitForUpdates("j-none", &cursor.value(), 10).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(DownsampleMetricsTest, EachRankKeepsItsFirstAndLastPointEvenlySpaced) {
+  std::vector<MetricRecord> points;
+  for (int step = 1; step <= 10; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      MetricRecord m;
+      m.id = static_cast<int64_t>(points.size()) + 1;
+      m.attempt = 1;
+      m.rank = rank;
+      m.step = step;
+      points.push_back(m);
+    }
+  }
+  auto steps_of = [](const std::vector<MetricRecord>& out, int rank) {
+    std::vector<int64_t> steps;
+    for (const MetricRecord& m : out) {
+      if (m.rank == rank) steps.push_back(m.step);
+    }
+    return steps;
+  };
+  const auto four = DownsampleMetrics(points, 4);
+  ASSERT_EQ(four.size(), 8u);
+  EXPECT_EQ(steps_of(four, 0), (std::vector<int64_t>{1, 4, 7, 10}));
+  EXPECT_EQ(steps_of(four, 1), (std::vector<int64_t>{1, 4, 7, 10}));
+  for (size_t i = 1; i < four.size(); ++i) EXPECT_LT(four[i - 1].id, four[i].id);
+  EXPECT_EQ(DownsampleMetrics(points, 20).size(), points.size());
+  EXPECT_EQ(DownsampleMetrics(points, 0).size(), points.size());
+  const auto last = DownsampleMetrics(points, 1);
+  EXPECT_EQ(steps_of(last, 0), (std::vector<int64_t>{10}));
+  EXPECT_EQ(steps_of(last, 1), (std::vector<int64_t>{10}));
+  // Another attempt is its own series.
+  MetricRecord resumed = points.back();
+  resumed.id = 100;
+  resumed.attempt = 2;
+  points.push_back(resumed);
+  EXPECT_EQ(DownsampleMetrics(points, 2).size(), 5u);
 }
 
 TEST_F(JobQueriesTest, DevicesConvertOnce) {

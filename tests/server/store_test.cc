@@ -89,6 +89,12 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
                          "DROP TABLE samples; ALTER TABLE metrics DROP COLUMN mfu_ratio; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_utilization; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_memory_used_bytes; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_memory_total_bytes; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_power_watts; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_temperature_celsius; "
+                         "ALTER TABLE metrics DROP COLUMN gpu_sm_clock_hertz; "
                          "ALTER TABLE jobs DROP COLUMN mfu_ratio; "
                          "ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "

@@ -1,0 +1,287 @@
+// One job: header (state, progress, throughput), cancel/pause/resume with a confirmation, live
+// charts per rank, the rank logs as they grow, events, checkpoints and validation samples.
+//
+// Live updates: one long poll (GET …/updates after the last event and metric ids) at a time;
+// each answer appends events and points. Logs are polled every 1.5 s while the job is live.
+import { api, ApiError, artifactUrl, Checkpoint, Job, JobEvent, num, Sample } from "./api";
+import { CHART_SPECS, RankChart } from "./charts";
+import { bytes, el, fixed, gpusText, isLive, progressBar, stateBadge, stateName, time } from "./format";
+import { View } from "./jobs_view";
+
+const MAX_CHART_POINTS = 600; // per rank, at load; live points are added as they come
+const MAX_LOG_CHARS = 200_000;
+
+type Command = "cancel" | "pause" | "resume";
+
+const QUESTIONS: Record<Command, string> = {
+  cancel: "Cancel job {id}? Its ranks get SIGTERM, checkpoint, and stop; the job ends CANCELLED.",
+  pause: "Pause job {id}? It checkpoints and stops; resume continues from that checkpoint.",
+  resume: "Resume job {id} from its newest checkpoint?",
+};
+
+function allowed(job: Job): Record<Command, boolean> {
+  const s = stateName(job.state);
+  return {
+    cancel: isLive(job) && s !== "CANCELLING",
+    pause: ["QUEUED", "STARTING", "RUNNING", "RESTARTING"].includes(s),
+    resume: s === "PAUSED",
+  };
+}
+
+export function showJob(root: HTMLElement, id: string, setStatus: (text: string) => void): View {
+  const abort = new AbortController();
+  let stopped = false;
+  let job: Job | null = null;
+
+  const header = el("div", { id: "job-header" });
+  const buttons: Record<Command, HTMLButtonElement> = {
+    cancel: el("button", { id: "cancel", type: "button", class: "danger" }, "Cancel"),
+    pause: el("button", { id: "pause", type: "button" }, "Pause"),
+    resume: el("button", { id: "resume", type: "button" }, "Resume"),
+  };
+  const charts = CHART_SPECS.map((spec) => new RankChart(spec));
+  const rankSelect = el("select", { id: "log-rank" });
+  const logView = el("pre", { id: "log", class: "log" });
+  const eventsBody = el("tbody");
+  const checkpointsBody = el("tbody");
+  const samplesList = el("div", { id: "samples", class: "samples" });
+
+  root.replaceChildren(
+    el("p", {}, el("a", { href: "#/" }, "← all jobs")),
+    header,
+    el("div", { class: "commands" }, buttons.cancel, buttons.pause, buttons.resume),
+    el("div", { class: "charts" }, ...charts.map((c) => c.element)),
+    el("h3", {}, "Logs ", el("label", {}, "rank ", rankSelect)),
+    logView,
+    el("h3", {}, "Events"),
+    el("table", { id: "events" }, el("thead", {}, headerRow("Time", "Attempt", "Kind", "Level", "Message")), eventsBody),
+    el("h3", {}, "Checkpoints"),
+    el(
+      "table",
+      { id: "checkpoints" },
+      el("thead", {}, headerRow("Step", "Attempt", "Size", "Written", "On disk", "Path")),
+      checkpointsBody,
+    ),
+    el("h3", {}, "Samples"),
+    samplesList,
+  );
+
+  const onResize = () => charts.forEach((c) => c.resize());
+  window.addEventListener("resize", onResize);
+
+  function renderHeader(j: Job): void {
+    const p = j.progress;
+    header.replaceChildren(
+      el("h2", {}, `${j.name} `, el("small", {}, j.id), " ", stateBadge(j)),
+      el(
+        "dl",
+        {},
+        ...field("Progress", progressBar(j)),
+        ...field("Loss", p && num(p.step) ? p.loss.toFixed(4) : "–"),
+        ...field("Clips/s", fixed(p?.clips_per_second ?? 0, 2)),
+        ...field("MFU", p && p.mfu_ratio ? `${(p.mfu_ratio * 100).toFixed(1)} %` : "–"),
+        ...field("ETA", p && p.eta_seconds ? `${Math.round(p.eta_seconds)} s` : "–"),
+        ...field("GPUs", gpusText(j)),
+        ...field("Attempt", `${j.attempt} (restarts ${j.restarts}/${j.max_restarts})`),
+        ...field("Submitted", time(j.submitted_at)),
+        ...field("Message", j.message || j.wait_reason || "–"),
+      ),
+    );
+    const can = allowed(j);
+    for (const c of Object.keys(buttons) as Command[]) buttons[c].disabled = !can[c];
+    const ranks = Math.max(j.gpus, 1);
+    if (rankSelect.options.length !== ranks) {
+      const chosen = rankSelect.value;
+      rankSelect.replaceChildren(...Array.from({ length: ranks }, (_, r) => el("option", { value: String(r) }, String(r))));
+      if (chosen !== "" && Number(chosen) < ranks) rankSelect.value = chosen;
+    }
+  }
+
+  function addEvents(events: JobEvent[]): void {
+    for (const e of events) {
+      eventsBody.append(
+        el(
+          "tr",
+          { class: `level-${e.level}` },
+          el("td", {}, time(e.time)),
+          el("td", { class: "num" }, String(e.attempt)),
+          el("td", {}, e.kind),
+          el("td", {}, e.level),
+          el("td", {}, e.message),
+        ),
+      );
+    }
+  }
+
+  function renderCheckpoints(list: Checkpoint[]): void {
+    checkpointsBody.replaceChildren(
+      ...list.map((c) =>
+        el(
+          "tr",
+          {},
+          el("td", { class: "num" }, String(num(c.step))),
+          el("td", { class: "num" }, String(c.attempt || "–")),
+          el("td", { class: "num" }, bytes(num(c.size_bytes))),
+          el("td", {}, time(c.created_at)),
+          el("td", {}, c.on_disk ? "yes" : "no (removed)"),
+          el("td", { class: "path" }, c.path),
+        ),
+      ),
+    );
+    if (!list.length) checkpointsBody.append(el("tr", {}, el("td", { colspan: "6" }, "none yet")));
+  }
+
+  const shownSamples = new Set<string>();
+  function renderSamples(list: Sample[]): void {
+    if (!list.length && !shownSamples.size) samplesList.replaceChildren("none (the spec's validation section renders them)");
+    for (const s of list) {
+      const key = `${num(s.step)}/${s.index}`;
+      if (shownSamples.has(key) || !s.on_disk) continue;
+      if (!shownSamples.size) samplesList.replaceChildren();
+      shownSamples.add(key);
+      const figure = el("figure", {});
+      const caption = el("figcaption", {}, `step ${num(s.step)}: ${s.index < 0 ? "grid" : s.prompt} `);
+      figure.append(caption);
+      samplesList.append(figure);
+      // The files come through fetch (they may need the token) as object URLs.
+      void artifactUrl(id, s.gif).then((url) => figure.prepend(el("img", { src: url, alt: s.prompt })));
+      void artifactUrl(id, s.mp4).then((url) =>
+        caption.append(el("a", { href: url, download: s.mp4.split("/").pop() ?? "sample.mp4" }, "MP4")),
+      );
+    }
+  }
+
+  async function refreshFiles(): Promise<void> {
+    const [ckpts, samples] = await Promise.all([api.checkpoints(id), api.samples(id)]);
+    if (stopped) return;
+    renderCheckpoints(ckpts.checkpoints);
+    renderSamples(samples.samples);
+  }
+
+  // Logs: read the chosen rank's log from where the last read ended. Each call supersedes the
+  // one in flight (its answer is dropped), so a rank change or an early read never doubles text.
+  let logRank = 0;
+  let logOffset = 0;
+  let logTimer = 0;
+  let logRead = 0;
+  async function followLog(): Promise<void> {
+    clearTimeout(logTimer);
+    const read = ++logRead;
+    try {
+      const chunk = await api.logs(id, logRank, logOffset);
+      if (stopped || read !== logRead) return;
+      if (chunk.offset < logOffset) logView.textContent = ""; // the log was replaced
+      if (logOffset === 0 && chunk.size - chunk.next_offset > MAX_LOG_CHARS) {
+        logOffset = chunk.size - 64 * 1024; // a long log: start near its end
+        logView.textContent = "… (earlier lines left out)\n";
+      } else {
+        logOffset = chunk.next_offset;
+        if (chunk.data) {
+          const atBottom = logView.scrollTop + logView.clientHeight >= logView.scrollHeight - 4;
+          let text = (logView.textContent ?? "") + chunk.data;
+          if (text.length > MAX_LOG_CHARS) text = text.slice(text.length - MAX_LOG_CHARS);
+          logView.textContent = text;
+          if (atBottom) logView.scrollTop = logView.scrollHeight;
+        } else if (!chunk.exists && !logView.textContent) {
+          logView.textContent = "(no log yet)";
+        }
+      }
+      const more = chunk.next_offset < chunk.size;
+      if (!more && job && !isLive(job)) return; // the end of a finished job's log
+      logTimer = window.setTimeout(followLog, more ? 0 : 1500);
+    } catch (e) {
+      if (!stopped && read === logRead) logTimer = window.setTimeout(followLog, 3000);
+      if (e instanceof ApiError && e.status !== 400) setStatus(e.message);
+    }
+  }
+  rankSelect.addEventListener("change", () => {
+    logRank = Number(rankSelect.value);
+    logOffset = 0;
+    logView.textContent = "";
+    void followLog();
+  });
+
+  for (const command of Object.keys(buttons) as Command[]) {
+    buttons[command].addEventListener("click", async () => {
+      if (!window.confirm(QUESTIONS[command].replace("{id}", id))) return;
+      buttons[command].disabled = true;
+      try {
+        const updated = await api.command(id, command);
+        if (!stopped) renderHeader(updated);
+        setStatus(`${command}: job is ${stateName(updated.state)}`);
+      } catch (e) {
+        setStatus(`${command} failed: ${e instanceof Error ? e.message : String(e)}`);
+        if (job) renderHeader(job);
+      }
+    });
+  }
+
+  async function run(): Promise<void> {
+    let lastEvent = 0;
+    let lastMetric = 0;
+    try {
+      const [j, events, metrics] = await Promise.all([api.job(id), api.events(id), api.metrics(id, MAX_CHART_POINTS)]);
+      if (stopped) return;
+      job = j;
+      renderHeader(j);
+      addEvents(events.events);
+      for (const e of events.events) lastEvent = Math.max(lastEvent, num(e.id));
+      charts.forEach((c) => {
+        c.add(metrics.points);
+        c.render();
+      });
+      lastMetric = metrics.last_id;
+      void followLog();
+      await refreshFiles();
+      setStatus("");
+    } catch (e) {
+      header.replaceChildren(el("h2", {}, `Job ${id}`), el("p", { class: "error" }, e instanceof Error ? e.message : String(e)));
+      return;
+    }
+    while (!stopped && job && isLive(job)) {
+      try {
+        const u = await api.updates(id, lastEvent, lastMetric, abort.signal);
+        if (stopped) return;
+        job = u.job;
+        lastEvent = u.last_event;
+        lastMetric = u.last_metric;
+        renderHeader(u.job);
+        addEvents(u.events);
+        if (u.points.length) {
+          charts.forEach((c) => {
+            c.add(u.points);
+            c.render();
+          });
+        }
+        if (u.events.length) {
+          await refreshFiles();
+          if (!isLive(u.job)) void followLog(); // the log's last lines, now rather than at the next poll
+        }
+        setStatus("");
+      } catch (e) {
+        if (stopped) return;
+        setStatus(`updates: ${e instanceof Error ? e.message : String(e)}; retrying`);
+        await new Promise((r) => setTimeout(r, 2000));
+      }
+    }
+  }
+  void run();
+
+  return {
+    stop() {
+      stopped = true;
+      abort.abort();
+      clearTimeout(logTimer);
+      window.removeEventListener("resize", onResize);
+      charts.forEach((c) => c.destroy());
+    },
+  };
+}
+
+function headerRow(...names: string[]): HTMLElement {
+  return el("tr", {}, ...names.map((n) => el("th", {}, n)));
+}
+
+function field(name: string, value: Node | string): HTMLElement[] {
+  return [el("dt", {}, name), el("dd", {}, value)];
+}
