@@ -98,12 +98,6 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN mfu_ratio; "
                          "ALTER TABLE jobs DROP COLUMN checkpoint_dir; "
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
-                         "ALTER TABLE metrics DROP COLUMN gpu_utilization; "
-                         "ALTER TABLE metrics DROP COLUMN gpu_memory_used_bytes; "
-                         "ALTER TABLE metrics DROP COLUMN gpu_memory_total_bytes; "
-                         "ALTER TABLE metrics DROP COLUMN gpu_power_watts; "
-                         "ALTER TABLE metrics DROP COLUMN gpu_temperature_celsius; "
-                         "ALTER TABLE metrics DROP COLUMN gpu_sm_clock_hertz; "
                          "ALTER TABLE attempts DROP COLUMN token_sha256; "
                          "ALTER TABLE jobs DROP COLUMN rendezvous_timeout_seconds; "
                          "PRAGMA user_version=1;",
