@@ -150,8 +150,14 @@ int Train(const TrainArgs& a) {
   }
   CoordinatorClient* client = nullptr;
   if (!coordinator.empty()) {
+    // adctld keeps its current address in <data-dir>/adctld.json, and a job directory adctld
+    // made is <data-dir>/jobs/<id>: a rank follows an adctld that came back elsewhere.
+    const std::filesystem::path jobs = std::filesystem::path(o.job_dir).parent_path();
+    const std::string address_file =
+        jobs.filename() == "jobs" ? (jobs.parent_path() / "adctld.json").string() : "";
     auto connected = CoordinatorClient::Connect(coordinator, job_id, o.attempt, o.rank,
-                                                o.world_size, EnvOr(kWorkerTokenEnv, ""));
+                                                o.world_size, EnvOr(kWorkerTokenEnv, ""),
+                                                std::chrono::seconds(60), address_file);
     if (!connected.ok()) {
       spdlog::error("coordinator {}: {}", coordinator, connected.status().ToString());
       // Unreachable is worth a retry; a wrong token or a superseded attempt is not.

@@ -238,6 +238,27 @@ TEST_F(ControlPlaneTest, CoordinatorKilledMidJobReattachesAndLosesNothing) {
   ExpectNoRankProcess(before);
 }
 
+TEST_F(ControlPlaneTest, CoordinatorRestartedOnAnotherAddressIsFoundByItsRanks) {
+  Coordinator& c = *coordinator_;
+  std::string id = c.Submit(c.WriteSpec("moved", TinySpec(40)));
+  c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 2; }, 240, "step 2");
+  const std::string before = c.grpc_address();
+  c.Kill9();
+  c.ForgetAddresses();
+  c.Start();  // on port 0: another address, written to <data-dir>/adctld.json
+  ASSERT_NE(c.grpc_address(), before);
+  EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "240"}).exit_code, 0);
+  auto job = c.Describe(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED") << job.dump(2);
+  EXPECT_EQ(Step(job), 40);
+  EXPECT_EQ(job["attempt"], 1) << "the ranks were re-attached, not restarted";
+  // What they reported while adctld was away reached the new one: every step's point.
+  auto points = nlohmann::json::parse(c.HttpGet("/api/v1/jobs/" + id + "/metrics"), nullptr,
+                                      false)["points"];
+  EXPECT_EQ(points.size(), 40u);
+}
+
 TEST_F(ControlPlaneTest, MalformedSpecsAndUnknownIdsGetClearErrors) {
   Coordinator& c = *coordinator_;
   auto bad_value =

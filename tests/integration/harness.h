@@ -36,6 +36,11 @@ class Coordinator {
   // More adctld flags for the next Start()s.
   void SetExtraArgs(std::vector<std::string> args) { extra_args_ = std::move(args); }
   void Kill9();  // SIGKILL adctld (its ranks keep running)
+  // The next Start() listens on new free ports instead of the previous addresses.
+  void ForgetAddresses() {
+    grpc_.clear();
+    http_.clear();
+  }
   void Stop();   // SIGTERM adctld
 
   // Runs `adctl --server <addr> <args>`.

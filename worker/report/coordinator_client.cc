@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "proto/grpc_status.h"
 
@@ -16,6 +18,16 @@ constexpr size_t kMaxQueuedEvents = 1000;
 
 double NowUnix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect quickly after an adctld restart.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
 bool Retryable(const grpc::Status& st) {
@@ -37,15 +49,37 @@ const char* LevelName(EventLevel level) {
 
 }  // namespace
 
-CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string job_id,
-                                     int attempt, int rank, std::string token)
-    : channel_(std::move(channel)),
-      stub_(v1::WorkerService::NewStub(channel_)),
+CoordinatorClient::CoordinatorClient(std::string address, std::string address_file,
+                                     std::string job_id, int attempt, int rank, std::string token)
+    : address_file_(std::move(address_file)),
       token_(std::move(token)),
-      pid_(static_cast<int>(getpid())) {
+      pid_(static_cast<int>(getpid())),
+      address_(std::move(address)),
+      stub_(v1::WorkerService::NewStub(NewChannel(address_))) {
   ref_.set_job_id(std::move(job_id));
   ref_.set_attempt(attempt);
   ref_.set_rank(rank);
+}
+
+std::shared_ptr<v1::WorkerService::Stub> CoordinatorClient::Stub() {
+  std::lock_guard<std::mutex> lock(stub_mu_);
+  return stub_;
+}
+
+void CoordinatorClient::Rediscover() {
+  if (address_file_.empty()) return;
+  std::lock_guard<std::mutex> lock(stub_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_lookup_ < std::chrono::seconds(1)) return;
+  last_lookup_ = now;
+  std::ifstream in(address_file_);
+  const auto info = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!info.is_object() || !info.contains("grpc") || !info["grpc"].is_string()) return;
+  const std::string address = info["grpc"].get<std::string>();
+  if (address.empty() || address == address_) return;
+  spdlog::info("adctld is now at {} ({}; was {})", address, address_file_, address_);
+  address_ = address;
+  stub_ = v1::WorkerService::NewStub(NewChannel(address_));
 }
 
 std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
@@ -58,16 +92,9 @@ std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
 
 Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const std::string& address, const std::string& job_id, int attempt, int rank, int world_size,
-    const std::string& token, std::chrono::milliseconds connect_timeout) {
-  grpc::ChannelArguments args;
-  // Reconnect quickly after an adctld restart.
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
-  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    const std::string& token, std::chrono::milliseconds connect_timeout, std::string address_file) {
   std::unique_ptr<CoordinatorClient> client(
-      new CoordinatorClient(channel, job_id, attempt, rank, token));
+      new CoordinatorClient(address, std::move(address_file), job_id, attempt, rank, token));
 
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -80,13 +107,14 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   while (true) {
     v1::RegisterRankResponse resp;
     auto ctx = client->Context(std::chrono::seconds(5));
-    grpc::Status st = client->stub_->RegisterRank(ctx.get(), req, &resp);
+    grpc::Status st = client->Stub()->RegisterRank(ctx.get(), req, &resp);
     if (st.ok()) {
       if (resp.heartbeat_interval_ms() > 0) {
         client->heartbeat_interval_ms_ = resp.heartbeat_interval_ms();
       }
       break;
     }
+    if (Retryable(st)) client->Rediscover();
     if (!Retryable(st) || std::chrono::steady_clock::now() >= deadline) {
       Status s = FromGrpcStatus(st);
       return Status(s.code(), "register rank " + std::to_string(rank) + " of job " + job_id +
@@ -222,7 +250,7 @@ bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
     for (auto& m : metrics) *req.add_points() = m;
     v1::ReportMetricsResponse resp;
     auto ctx = Context(rpc_timeout);
-    grpc::Status st = stub_->ReportMetrics(ctx.get(), req, &resp);
+    grpc::Status st = Stub()->ReportMetrics(ctx.get(), req, &resp);
     if (st.ok() || !Retryable(st)) {
       if (!st.ok()) spdlog::warn("adctld refused metrics: {}", st.error_message());
       std::lock_guard<std::mutex> lock(mu_);
@@ -239,7 +267,7 @@ bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
     for (auto& e : events) *req.add_events() = e;
     v1::ReportEventsResponse resp;
     auto ctx = Context(rpc_timeout);
-    grpc::Status st = stub_->ReportEvents(ctx.get(), req, &resp);
+    grpc::Status st = Stub()->ReportEvents(ctx.get(), req, &resp);
     if (st.ok() || !Retryable(st)) {
       if (!st.ok()) spdlog::warn("adctld refused events: {}", st.error_message());
       std::lock_guard<std::mutex> lock(mu_);
@@ -263,7 +291,7 @@ void CoordinatorClient::SendHeartbeat() {
   req.set_pid(pid_);
   v1::HeartbeatResponse resp;
   auto ctx = Context(std::chrono::seconds(5));
-  grpc::Status st = stub_->Heartbeat(ctx.get(), req, &resp);
+  grpc::Status st = Stub()->Heartbeat(ctx.get(), req, &resp);
   if (st.ok()) {
     if (resp.stop() && !stop_requested_.exchange(true)) {
       spdlog::info("adctld asks this rank to stop ({})", resp.reason());
@@ -275,6 +303,8 @@ void CoordinatorClient::SendHeartbeat() {
     }
   } else if (!Retryable(st)) {
     spdlog::warn("heartbeat: {}", st.error_message());
+  } else {
+    Rediscover();
   }
 }
 
@@ -335,8 +365,9 @@ Status CoordinatorClient::Set(const std::string& key, const std::string& value) 
   while (true) {
     v1::KvSetResponse resp;
     auto ctx = Context(std::chrono::seconds(5));
-    grpc::Status st = stub_->KvSet(ctx.get(), req, &resp);
+    grpc::Status st = Stub()->KvSet(ctx.get(), req, &resp);
     if (st.ok()) return Status::Ok();
+    if (Retryable(st)) Rediscover();
     if (!Retryable(st) || std::chrono::steady_clock::now() >= deadline) {
       Status s = FromGrpcStatus(st);
       return Status(s.code(), "rendezvous set '" + key + "': " + s.message());
@@ -358,7 +389,7 @@ Result<std::string> CoordinatorClient::Get(const std::string& key,
     req.set_timeout_ms(static_cast<int>(std::min<int64_t>(left.count(), 30000)));
     v1::KvGetResponse resp;
     auto ctx = Context(std::chrono::milliseconds(req.timeout_ms()) + std::chrono::seconds(5));
-    grpc::Status st = stub_->KvGet(ctx.get(), req, &resp);
+    grpc::Status st = Stub()->KvGet(ctx.get(), req, &resp);
     if (st.ok()) {
       if (resp.found()) return resp.value();
       continue;  // server-side wait ended; ask again until our own deadline
@@ -367,6 +398,7 @@ Result<std::string> CoordinatorClient::Get(const std::string& key,
       Status s = FromGrpcStatus(st);
       return Status(s.code(), "rendezvous get '" + key + "': " + s.message());
     }
+    Rediscover();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return Status(StatusCode::kDeadlineExceeded, "rendezvous key '" + key + "' not set within " +

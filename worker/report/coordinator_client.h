@@ -13,6 +13,10 @@
 // The destructor flushes what is queued (up to 10 s) — destroy the client after the final
 // checkpoint is reported and before exiting, so adctld records it.
 //
+// adctld may come back on another address (restarted on port 0): with an `address_file` (the
+// data directory's adctld.json), a rank whose calls fail as unreachable re-reads it, at most
+// once a second, and moves to the address it names; what it queued meanwhile goes there.
+//
 // KV keys are scoped server-side to (job id, attempt): a restarted attempt never sees the
 // previous attempt's keys. Thread-safe.
 #pragma once
@@ -43,7 +47,8 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   static Result<std::unique_ptr<CoordinatorClient>> Connect(
       const std::string& address, const std::string& job_id, int attempt, int rank, int world_size,
       const std::string& token,
-      std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
+      std::chrono::milliseconds connect_timeout = std::chrono::seconds(60),
+      std::string address_file = "");
   ~CoordinatorClient() override;
 
   // Reporter.
@@ -64,8 +69,13 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   int heartbeat_interval_ms() const { return heartbeat_interval_ms_; }
 
  private:
-  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string job_id, int attempt,
+  CoordinatorClient(std::string address, std::string address_file, std::string job_id, int attempt,
                     int rank, std::string token);
+  // The stub of the current address (callers keep it alive while they use it).
+  std::shared_ptr<v1::WorkerService::Stub> Stub();
+  // After an unreachable call: re-reads address_file_ (at most once a second) and moves to the
+  // address it names when that changed.
+  void Rediscover();
   std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout) const;
   void RunSender();
   // Sends queued metrics and events once, each call bounded by `rpc_timeout`; false when
@@ -75,12 +85,16 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   void Enqueue(v1::WorkerEvent event, bool urgent);
 
   // Constant after construction.
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  const std::string address_file_;
   v1::RankRef ref_;
   std::string token_;
   int heartbeat_interval_ms_ = 1000;
   int pid_ = 0;
+
+  std::mutex stub_mu_;
+  std::string address_;                                // guarded by stub_mu_
+  std::shared_ptr<v1::WorkerService::Stub> stub_;      // guarded by stub_mu_
+  std::chrono::steady_clock::time_point last_lookup_;  // guarded by stub_mu_
 
   std::mutex send_mu_;  // serialises SendQueued (sender thread vs. Flush)
   std::atomic<bool> stop_requested_{false};
