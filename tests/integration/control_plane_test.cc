@@ -254,8 +254,8 @@ TEST_F(ControlPlaneTest, CoordinatorRestartedOnAnotherAddressIsFoundByItsRanks) 
   EXPECT_EQ(Step(job), 40);
   EXPECT_EQ(job["attempt"], 1) << "the ranks were re-attached, not restarted";
   // What they reported while adctld was away reached the new one: every step's point.
-  auto points = nlohmann::json::parse(c.HttpGet("/api/v1/jobs/" + id + "/metrics"), nullptr,
-                                      false)["points"];
+  auto points =
+      nlohmann::json::parse(c.HttpGet("/api/v1/jobs/" + id + "/metrics"), nullptr, false)["points"];
   EXPECT_EQ(points.size(), 40u);
 }
 

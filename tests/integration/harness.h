@@ -41,7 +41,7 @@ class Coordinator {
     grpc_.clear();
     http_.clear();
   }
-  void Stop();   // SIGTERM adctld
+  void Stop();  // SIGTERM adctld
 
   // Runs `adctl --server <addr> <args>`.
   CommandResult Adctl(const std::vector<std::string>& args) const;
