@@ -1,7 +1,9 @@
 #include "server/api/job_queries.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -53,6 +55,33 @@ Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& s
     views.push_back(std::move(view));
   }
   return views;
+}
+
+Result<JobQueries::JobPage> JobQueries::ListJobPage(const std::vector<JobState>& states,
+                                                    int page_size,
+                                                    const std::string& page_token) const {
+  if (page_size < 0) {
+    return InvalidArgument("page_size: must be >= 0 (0: 100), got " + std::to_string(page_size));
+  }
+  const int size = page_size == 0 ? 100 : std::min(page_size, 1000);
+  int64_t before = 0;
+  if (!page_token.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    before = std::strtoll(page_token.c_str(), &end, 10);
+    if (errno != 0 || end == page_token.c_str() || *end != '\0' || before <= 0) {
+      return InvalidArgument("page_token: not a token from a previous page");
+    }
+  }
+  auto jobs = ListJobs(states, size + 1, before);
+  if (!jobs.ok()) return jobs.status();
+  JobPage page;
+  page.jobs = std::move(jobs.value());
+  if (static_cast<int>(page.jobs.size()) > size) {
+    page.jobs.resize(size);
+    page.next_page_token = std::to_string(page.jobs.back().job.seq);
+  }
+  return page;
 }
 
 Result<std::vector<EventRecord>> JobQueries::ListEvents(const std::string& job_id, int64_t after_id,

@@ -74,6 +74,15 @@ class JobQueries {
   JobQueries(Store* store, Supervisor* supervisor) : store_(store), supervisor_(supervisor) {}
 
   Result<JobView> GetJob(const std::string& job_id, bool with_ranks) const;
+  // One page of jobs, newest first, for JobService.ListJobs and GET /api/v1/jobs:
+  // `page_size` 0 is 100, at most 1000, negative an error; `page_token` "" or the
+  // `next_page_token` of the previous page ("" on the last page).
+  struct JobPage {
+    std::vector<JobView> jobs;
+    std::string next_page_token;
+  };
+  Result<JobPage> ListJobPage(const std::vector<JobState>& states, int page_size,
+                              const std::string& page_token) const;
   // Newest first; `before_seq` > 0 pages on (ListJobs' page token).
   Result<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit,
                                         int64_t before_seq = 0) const;

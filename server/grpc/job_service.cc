@@ -108,24 +108,10 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
     }
     states.push_back(static_cast<JobState>(s));
   }
-  if (req->page_size() < 0) return ToGrpcStatus(InvalidArgument("page_size: must be >= 0"));
-  const int page_size = req->page_size() == 0 ? 100 : std::min(req->page_size(), 1000);
-  int64_t before = 0;
-  if (!req->page_token().empty()) {
-    try {
-      before = std::stoll(req->page_token());
-    } catch (...) {
-      return ToGrpcStatus(InvalidArgument("page_token: not a token from ListJobs"));
-    }
-  }
-  auto jobs = queries_->ListJobs(states, page_size + 1, before);
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (size_t i = 0; i < jobs->size() && static_cast<int>(i) < page_size; ++i) {
-    JobViewToProto((*jobs)[i], resp->add_jobs());
-  }
-  if (static_cast<int>(jobs->size()) > page_size) {
-    resp->set_next_page_token(std::to_string((*jobs)[page_size - 1].job.seq));
-  }
+  auto page = queries_->ListJobPage(states, req->page_size(), req->page_token());
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (const JobView& j : page->jobs) JobViewToProto(j, resp->add_jobs());
+  resp->set_next_page_token(page->next_page_token);
   return grpc::Status::OK;
 }
 

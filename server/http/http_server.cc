@@ -245,10 +245,15 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
       if (!st) return SendError(res, InvalidArgument("state: unknown state"));
       states.push_back(*st);
     }
-    auto jobs = queries_->ListJobs(states, 1000);
-    if (!jobs.ok()) return SendError(res, jobs.status());
+    // Paged as JobService.ListJobs: ?page_size=N (default 100, at most 1000)&page_token=T.
+    auto page_size = IntParam(req, "page_size", 0, 0, 1000);
+    if (!page_size.ok()) return SendError(res, page_size.status());
+    auto page = queries_->ListJobPage(states, static_cast<int>(page_size.value()),
+                                      req.get_param_value("page_token"));
+    if (!page.ok()) return SendError(res, page.status());
     v1::ListJobsResponse out;
-    for (const JobView& j : jobs.value()) JobViewToProto(j, out.add_jobs());
+    for (const JobView& j : page->jobs) JobViewToProto(j, out.add_jobs());
+    out.set_next_page_token(page->next_page_token);
     res.set_content(ToJson(out), "application/json");
   });
   s.Get(R"(/api/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {

@@ -1,6 +1,7 @@
 // adctld's HTTP side: /metrics (Prometheus text format), /healthz, the web page's static files
 // and the JSON API (docs/web.md has every endpoint with examples):
-//   GET  /api/v1/jobs[?state=RUNNING]     {"jobs": [...]}  (adctl.v1.Job as JSON)
+//   GET  /api/v1/jobs[?state=RUNNING&page_size=N&page_token=T]
+//                                         {"jobs": [...], "next_page_token"}  (adctl.v1.Job)
 //   GET  /api/v1/jobs/<id>                adctl.v1.Job (with its ranks)
 //   GET  /api/v1/jobs/<id>/events         {"events": [...]}
 //   GET  /api/v1/jobs/<id>/metrics[?max_points=N&after_id=M]

@@ -111,6 +111,12 @@ TEST(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
   ExpectError(c.Http("POST", "/api/v1/jobs/j-nope/cancel"), 404, "NOT_FOUND");
   ExpectError(c.Http("POST", "/api/v1/jobs/j-nope/resume"), 404, "NOT_FOUND");
   ExpectError(c.Http("GET", "/api/v1/no-such-route"), 404, "NOT_FOUND");
+  // The jobs list pages as JobService.ListJobs does.
+  ExpectError(c.Http("GET", "/api/v1/jobs?page_size=-1"), 400, "INVALID_ARGUMENT");
+  ExpectError(c.Http("GET", "/api/v1/jobs?page_size=5000"), 400, "INVALID_ARGUMENT");
+  ExpectError(c.Http("GET", "/api/v1/jobs?page_token=abc"), 400, "INVALID_ARGUMENT");
+  ExpectError(c.Http("GET", "/api/v1/jobs?state=JOB_STATE_NOPE"), 400, "INVALID_ARGUMENT");
+  EXPECT_EQ(c.Http("GET", "/api/v1/jobs?page_size=1&state=JOB_STATE_RUNNING").status, 200);
   // Bad parameters are 400 before the job is looked up.
   ExpectError(c.Http("GET", "/api/v1/jobs/j-nope/metrics?max_points=abc"), 400, "INVALID_ARGUMENT");
   ExpectError(c.Http("GET", "/api/v1/jobs/j-nope/metrics?max_points=0"), 400, "INVALID_ARGUMENT");
