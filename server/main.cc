@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
   std::string tokens_file;
   std::string on_stop = "detach";
   std::string metrics_auth = "open";
+  adctl::PathRoots path_roots;
   std::string static_dir = ADCTL_DEFAULT_STATIC_DIR;
   std::string log_level;
   int cpu_slots = 0;
@@ -183,6 +184,11 @@ int main(int argc, char** argv) {
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
                  "neither, adctld listens on loopback only");
+  app.add_option("--read-root", path_roots.read,
+                 "a folder jobs may read models and data from (repeatable; none: anywhere)");
+  app.add_option("--write-root", path_roots.write,
+                 "a folder jobs may write checkpoint.dir / preprocess.output to (repeatable; "
+                 "none: anywhere outside the data directory)");
   app.add_option("--metrics-auth", metrics_auth,
                  "'open': /metrics and /healthz need no token (Prometheus scrapes them); 'token': "
                  "they need a viewer's, like the JSON API")
@@ -295,6 +301,7 @@ int main(int argc, char** argv) {
   options.coordinator_address = advertise;
   options.devices = devices;
   options.restart_backoff_seconds = restart_backoff;
+  options.paths = path_roots;
   adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics);
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });
 

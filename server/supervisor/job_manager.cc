@@ -23,6 +23,7 @@ std::string GraceText(double grace_seconds) {
 JobManager::JobManager(const SupervisorOptions& options, Store* store, AttemptMonitor* monitor,
                        JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
     : data_dir_(options.data_dir),
+      paths_(options.paths),
       device_count_(options.devices.size()),
       device_unit_(DeviceUnit(options.devices)),
       store_(store),
@@ -66,6 +67,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   }
   if (request.priority) spec.resources.priority = *request.priority;
   ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
   ADCTL_RETURN_IF_ERROR(CheckRankCount("resources.gpus", spec.resources.gpus));
   const std::string yaml = JobSpecToYaml(spec);
 

@@ -57,6 +57,7 @@ class JobManager {
   Status CheckRankCount(const std::string& field, int64_t gpus) const;
 
   const std::string data_dir_;
+  const PathRoots paths_;
   const size_t device_count_;
   const std::string device_unit_;
   Store* const store_;

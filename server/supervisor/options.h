@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "server/scheduler/device_inventory.h"
+#include "server/supervisor/path_policy.h"
 
 namespace adctl {
 
@@ -16,6 +17,7 @@ struct SupervisorOptions {
   int heartbeat_interval_ms = 1000;
   double restart_backoff_seconds = 1.0;
   int tick_ms = 100;
+  PathRoots paths;  // which files a job may name (--read-root, --write-root)
 };
 
 // "GPU" when any device is a GPU, else "CPU slot": the unit messages count devices in.

@@ -198,17 +198,12 @@ Result<TensorMap> ReadMotionModuleFile(const std::string& path) {
     in.read(&first, 1);
     if (header > 1 && header < (uint64_t{100} << 20) && first == '{') return ReadTensorFile(path);
   }
-  std::string shown;
-  for (int i = 0; i < got; ++i) {
-    const unsigned char c = static_cast<unsigned char>(magic[i]);
-    char b[8];
-    std::snprintf(b, sizeof(b), c >= 32 && c < 127 ? "%c" : "\\x%02x", c);
-    shown += b;
-  }
-  return InvalidArgument(path +
-                         ": neither safetensors nor a PyTorch .ckpt (zip) file; it starts "
-                         "with \"" +
-                         shown + "\"");
+  // What was found, never what it says: the file may be anything the daemon can read.
+  in.clear();
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<long long>(in.tellg());
+  return InvalidArgument(path + ": neither safetensors (a header length, then '{') nor a " +
+                         "PyTorch .ckpt (a zip: 'PK') file (" + std::to_string(size) + " bytes)");
 }
 
 Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
