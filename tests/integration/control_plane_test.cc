@@ -275,6 +275,15 @@ TEST_F(ControlPlaneTest, MalformedSpecsAndUnknownIdsGetClearErrors) {
   auto too_big = c.Adctl({"submit", c.WriteSpec("big", TinySpec(4, 0, /*gpus=*/8))});
   EXPECT_EQ(too_big.exit_code, 2);
   EXPECT_NE(too_big.err.find("resources.gpus"), std::string::npos) << too_big.err;
+  // Another job's folder, or a path relative to wherever adctld runs: refused at submission.
+  auto other_job = c.Adctl({"submit", c.WriteSpec("steal", TinySpec(4)), "--set",
+                            "checkpoint.dir=" + c.dir() + "/data/jobs/j-000000/checkpoints"});
+  EXPECT_EQ(other_job.exit_code, 2);
+  EXPECT_NE(other_job.err.find("inside adctld's job folders"), std::string::npos) << other_job.err;
+  auto relative = c.Adctl({"submit", c.WriteSpec("rel", TinySpec(4)), "--set", "data.kind=latents",
+                           "--set", "data.path=cache"});
+  EXPECT_EQ(relative.exit_code, 2);
+  EXPECT_NE(relative.err.find("must be an absolute path"), std::string::npos) << relative.err;
   auto missing_file = c.Adctl({"submit", c.dir() + "/nope.yaml"});
   EXPECT_EQ(missing_file.exit_code, 2);
   for (const std::vector<std::string>& verb : std::vector<std::vector<std::string>>{
