@@ -21,14 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Families that only GPU ranks / GPUs have (a CPU job legitimately lacks them); scrape_test.cc
-// lets expressions over them come back empty.
-const std::set<std::string> kGpuOnly = {
-    "adctl_rank_gpu_power_watts",    "adctl_rank_gpu_temperature_celsius",
-    "adctl_rank_gpu_sm_clock_hertz", "adctl_gpu_power_watts",
-    "adctl_gpu_temperature_celsius", "adctl_gpu_sm_clock_hertz",
-    "adctl_train_mfu_ratio",         "adctl_train_peak_memory_bytes"};
-
 // Every sample name adctld's exporter can produce (histograms: _bucket, _sum, _count).
 std::set<std::string> ExportedNames() {
   char tmpl[] = "/tmp/adctl-deploy-XXXXXX";
@@ -219,7 +211,7 @@ TEST(DashboardTest, EveryMetricNameIsExportedOrRecorded) {
   const std::set<std::string> exported = ExportedNames();
   const std::set<std::string> recorded = RecordedNames();
   ASSERT_GT(exported.size(), 20u);
-  for (const std::string& name : kGpuOnly) {
+  for (const std::string& name : GpuOnlyFamilies()) {
     EXPECT_TRUE(exported.count(name)) << "GPU-only family " << name << " is not exported";
   }
   std::vector<PromExpr> all = DashboardExprs();

@@ -15,6 +15,15 @@ namespace adctl::testing {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+const std::set<std::string>& GpuOnlyFamilies() {
+  static const std::set<std::string> kFamilies = {
+      "adctl_rank_gpu_power_watts",    "adctl_rank_gpu_temperature_celsius",
+      "adctl_rank_gpu_sm_clock_hertz", "adctl_gpu_power_watts",
+      "adctl_gpu_temperature_celsius", "adctl_gpu_sm_clock_hertz",
+      "adctl_train_mfu_ratio",         "adctl_train_peak_memory_bytes"};
+  return kFamilies;
+}
+
 std::string DeployDir() { return ADCTL_DEPLOY_DIR; }
 
 namespace {

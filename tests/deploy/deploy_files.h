@@ -13,6 +13,11 @@ namespace adctl::testing {
 // deploy/ in the source tree (set by CMake).
 std::string DeployDir();
 
+// Families only GPU ranks / GPUs have (docs/metrics.md): a CPU job legitimately lacks them, so
+// scrape_test.cc lets expressions over them come back empty, and dashboard_test.cc checks that
+// adctld exports each of them.
+const std::set<std::string>& GpuOnlyFamilies();
+
 struct PromExpr {
   std::string where;  // "adctl-job.json: panel 7 \"Loss\" target A", "alerts.yml: AdctlGpuIdle"
   std::string expr;

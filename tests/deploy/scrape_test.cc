@@ -31,14 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Families a CPU rank legitimately lacks (docs/metrics.md; dashboard_test.cc checks that adctld
-// exports each of them).
-const std::set<std::string> kGpuOnly = {
-    "adctl_rank_gpu_power_watts",    "adctl_rank_gpu_temperature_celsius",
-    "adctl_rank_gpu_sm_clock_hertz", "adctl_gpu_power_watts",
-    "adctl_gpu_temperature_celsius", "adctl_gpu_sm_clock_hertz",
-    "adctl_train_mfu_ratio",         "adctl_train_peak_memory_bytes"};
-
 std::string Which(const std::string& name) {
   if (name.find('/') != std::string::npos) return fs::exists(name) ? name : "";
   const char* path = getenv("PATH");
@@ -256,7 +248,7 @@ TEST_F(ScrapeTest, EveryDashboardAndRuleExpressionReturnsDataForARealCpuJob) {
     if (v.name != "job_id") values[v.name] = v.include_all ? v.all_value : "0";
   }
   // Recording rules over GPU-only families are GPU-only too.
-  std::set<std::string> gpu_only = kGpuOnly;
+  std::set<std::string> gpu_only = GpuOnlyFamilies();
   for (const PromExpr& e : RuleExprs()) {
     for (const std::string& n : MetricNames(e.expr)) {
       if (!e.record.empty() && gpu_only.count(n)) gpu_only.insert(e.record);
