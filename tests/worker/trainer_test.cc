@@ -170,6 +170,16 @@ TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {
   EXPECT_EQ(Train(spec, "m", &r2), kExitModelError);
   ASSERT_FALSE(r2.events.empty());
   EXPECT_NE(r2.events.back().find("no-unet"), std::string::npos) << r2.events.back();
+
+  // A checkpoint folder that cannot be made is a bad spec, found before any training.
+  RecordingReporter r3;
+  std::ofstream(root_ / "a-file") << "x";
+  spec = Spec({"checkpoint.dir=" + (root_ / "a-file" / "ckpt").string()});
+  EXPECT_EQ(Train(spec, "w", &r3), kExitBadSpec);
+  ASSERT_FALSE(r3.events.empty());
+  EXPECT_NE(r3.events.back().find("checkpoint.dir: cannot create"), std::string::npos)
+      << r3.events.back();
+  EXPECT_TRUE(r3.losses.empty());
 }
 
 TEST_F(TrainerTest, CorruptNewestCheckpointFallsBackToTheOlderOne) {
@@ -186,6 +196,27 @@ TEST_F(TrainerTest, CorruptNewestCheckpointFallsBackToTheOlderOne) {
   RecordingReporter second;
   ASSERT_EQ(Train(Spec(), "c", &second), kExitOk);
   EXPECT_EQ(second.resumed_from, 2);
+}
+
+TEST_F(TrainerTest, NoUsableCheckpointIsSaidBeforeStartingOver) {
+  RecordingReporter first;
+  first.stop_after = 2;
+  ASSERT_EQ(Train(Spec(), "u", &first), kExitStopped);
+  for (const auto& entry : fs::directory_iterator(root_ / "u/checkpoints")) {
+    std::fstream f(entry.path() / "optimizer.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  RecordingReporter second;
+  ASSERT_EQ(Train(Spec(), "u", &second), kExitOk);
+  EXPECT_EQ(second.resumed_from, 0);
+  bool said = false;
+  for (const std::string& e : second.events) {
+    said |= e.find("checkpoint(s) in") != std::string::npos &&
+            e.find("verifies") != std::string::npos && e.find("step 0") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << "no event says the checkpoints were unusable";
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "worker/train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -40,6 +44,31 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// Why `root` cannot take a checkpoint ("" when it can): it cannot be created or written, or it
+// has fewer free bytes than `need_bytes` (0: not checked). Problems of the disk, not of the run:
+// retrying would fail the same way.
+std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return "cannot create " + root + ": " + ec.message();
+  const std::string probe = root + "/.write-probe-" + std::to_string(getpid());
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr) return root + " is not writable: " + std::strerror(errno);
+  bool written = std::fputc('x', f) != EOF;
+  written = std::fclose(f) == 0 && written;
+  const int write_errno = errno;
+  fs::remove(probe, ec);
+  if (!written) return "cannot write in " + root + ": " + std::strerror(write_errno);
+  const fs::space_info space = fs::space(root, ec);
+  if (!ec && need_bytes > 0 && space.available < static_cast<uintmax_t>(need_bytes)) {
+    char text[160];
+    std::snprintf(text, sizeof(text), " has %.2f GB free; a checkpoint needs about %.2f GB",
+                  space.available / 1e9, need_bytes / 1e9);
+    return root + text;
+  }
+  return "";
 }
 
 // A failure with the exit code it maps to.
@@ -90,6 +119,13 @@ class Run {
       return Failure{kExitBadSpec, "train.attention: " + why};
     }
     checkpoint_root_ = JobLayout(o_.job_dir).checkpoints(spec_.checkpoint.dir);
+    if (spec_.checkpoint.enabled && o_.rank == 0) {
+      // Before hours of loading and training: a folder that cannot take a checkpoint is a
+      // configuration error, not a crash to retry.
+      if (const std::string why = CheckpointDirProblem(checkpoint_root_, 0); !why.empty()) {
+        return Failure{kExitBadSpec, "checkpoint.dir: " + why};
+      }
+    }
 
     if (auto f = LoadModel()) return f;
     const auto& unet_cfg = model_->unet_config();
@@ -223,7 +259,17 @@ class Run {
   std::optional<Failure> Resume() {
     auto latest = LatestVerifiedCheckpoint(checkpoint_root_);
     if (!latest.ok()) return Failure{kExitDataError, latest.status().ToString()};
-    if (!latest->has_value()) return std::nullopt;
+    if (!latest->has_value()) {
+      // Checkpoints that all fail verification: say so before starting over from step 0.
+      auto listed = ListCheckpoints(checkpoint_root_);
+      if (listed.ok() && !listed->empty() && o_.rank == 0) {
+        reporter_.OnEvent(EventLevel::kWarning,
+                          "none of the " + std::to_string(listed->size()) + " checkpoint(s) in " +
+                              checkpoint_root_ +
+                              " verifies (see the rank log); training starts from step 0");
+      }
+      return std::nullopt;
+    }
     const auto& ckpt = **latest;
     const auto& meta = ckpt.manifest.metadata;
     const std::string dir = ckpt.info.path;
@@ -267,12 +313,19 @@ class Run {
     if (!spec_.checkpoint.enabled) return std::nullopt;
     if (o_.rank == 0) {
       const auto t0 = Clock::now();
+      // A write that fails because the disk is full or read-only fails the job with that
+      // reason; anything else is a crash the restart policy may retry.
+      const auto save_failed = [this](const std::string& what) {
+        const std::string why = CheckpointDirProblem(checkpoint_root_, last_checkpoint_bytes_);
+        if (why.empty()) return Failure{kExitCrash, what};
+        return Failure{kExitDataError, what + " (" + why + ")"};
+      };
       auto writer = CheckpointWriter::Begin(checkpoint_root_, step_);
-      if (!writer.ok()) return Failure{kExitCrash, writer.status().ToString()};
+      if (!writer.ok()) return save_failed(writer.status().ToString());
       auto st = SaveMotionAdapter(*model_, writer->dir() + "/motion_adapter");
       if (st.ok())
         st = WriteTensorFile(writer->dir() + "/optimizer.safetensors", optimizer_->StateDict());
-      if (!st.ok()) return Failure{kExitCrash, "checkpoint: " + st.ToString()};
+      if (!st.ok()) return save_failed("checkpoint: " + st.ToString());
       const auto t1 = Clock::now();
       // The batches consumed so far, not the one being prefetched.
       const auto sampler = consumed_sampler_state_;
@@ -287,7 +340,7 @@ class Run {
           {"job_name", spec_.name},
       };
       auto path = writer->Commit(meta);
-      if (!path.ok()) return Failure{kExitCrash, path.status().ToString()};
+      if (!path.ok()) return save_failed(path.status().ToString());
       last_checkpoint_path_ = *path;
       const auto t2 = Clock::now();
       auto retention = ApplyRetention(checkpoint_root_, spec_.checkpoint.keep_last, resumed_from_);
@@ -304,6 +357,7 @@ class Run {
           if (info.step == step_) report.size_bytes = info.bytes;
         }
       }
+      last_checkpoint_bytes_ = report.size_bytes;
       report.save_seconds = Seconds(t0, Clock::now());
       char timing[160];
       std::snprintf(timing, sizeof(timing),
@@ -596,6 +650,7 @@ class Run {
   int64_t step_ = 0;
   int64_t samples_seen_ = 0;
   int64_t last_checkpoint_step_ = -1;
+  int64_t last_checkpoint_bytes_ = 0;  // the size of the last one written, for free-space checks
 };
 
 }  // namespace
