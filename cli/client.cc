@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace adctl::cli {
 
@@ -43,14 +45,30 @@ Connection ResolveConnection(const std::string& server_flag) {
   } else if (config && config["token"]) {
     c.token = config["token"].as<std::string>();
   }
+  if (const char* env = getenv("ADCTL_TLS_CA"); env && *env) {
+    c.tls_ca = env;
+  } else if (config && config["tls_ca"]) {
+    c.tls_ca = config["tls_ca"].as<std::string>();
+  }
   return c;
 }
 
 Client::Client(const Connection& connection) : connection_(connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  channel_ =
-      grpc::CreateCustomChannel(connection_.server, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!connection_.tls_ca.empty()) {
+    std::ifstream in(connection_.tls_ca);
+    std::stringstream pem;
+    pem << in.rdbuf();
+    if (!in || pem.str().empty()) {
+      std::cerr << "adctl: ADCTL_TLS_CA " << connection_.tls_ca << ": cannot be read\n";
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    credentials = grpc::SslCredentials(ssl);
+  }
+  channel_ = grpc::CreateCustomChannel(connection_.server, credentials, args);
   stub_ = v1::JobService::NewStub(channel_);
 }
 

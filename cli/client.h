@@ -22,10 +22,12 @@ constexpr int kExitUnreachable = 5;  // adctld cannot be reached
 struct Connection {
   std::string server;  // host:port
   std::string token;   // "" when none
+  std::string tls_ca;  // PEM file: talk TLS and verify adctld against it ("" : plaintext)
 };
 
 // --server flag, else env ADCTL_SERVER, else `server:` in ~/.config/adctl/config.yaml, else
-// localhost:50051. Token: env ADCTL_TOKEN, else `token:` in the config file.
+// localhost:50051. Token: env ADCTL_TOKEN, else `token:` in the config file. TLS: env
+// ADCTL_TLS_CA, else `tls_ca:` in the config file.
 Connection ResolveConnection(const std::string& server_flag);
 
 // Prints "adctl: <message>" to stderr and returns the exit code for a failed call.

@@ -22,7 +22,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/logging.h"
 #include "server/grpc/job_service.h"
@@ -161,6 +163,7 @@ int main(int argc, char** argv) {
   std::string on_stop = "detach";
   std::string metrics_auth = "open";
   adctl::PathRoots path_roots;
+  std::string tls_cert, tls_key, tls_client_ca, tls_ca;
   std::string static_dir = ADCTL_DEFAULT_STATIC_DIR;
   std::string log_level;
   int cpu_slots = 0;
@@ -184,6 +187,14 @@ int main(int argc, char** argv) {
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
                  "neither, adctld listens on loopback only");
+  app.add_option("--tls-cert", tls_cert,
+                 "PEM certificate: serve gRPC and HTTP over TLS (with --tls-key)");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "PEM CA: clients must present a certificate it signed (mutual TLS)");
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM CA the ranks verify adctld with (default: --tls-cert itself, for a "
+                 "self-signed one)");
   app.add_option("--read-root", path_roots.read,
                  "a folder jobs may read models and data from (repeatable; none: anywhere)");
   app.add_option("--write-root", path_roots.write,
@@ -229,6 +240,36 @@ int main(int argc, char** argv) {
     }
   }
   unsetenv("ADCTLD_TOKEN");  // ranks inherit adctld's environment
+
+  // TLS: the PEM files are read now, so a wrong path fails the start naming the flag.
+  struct {
+    std::string cert, key, client_ca;
+  } tls_pem;
+  if (tls_cert.empty() != tls_key.empty()) {
+    spdlog::error("--tls-cert and --tls-key: give both, or neither");
+    return 2;
+  }
+  for (auto [flag, path, out] :
+       {std::make_tuple("--tls-cert", &tls_cert, &tls_pem.cert),
+        std::make_tuple("--tls-key", &tls_key, &tls_pem.key),
+        std::make_tuple("--tls-client-ca", &tls_client_ca, &tls_pem.client_ca),
+        std::make_tuple("--tls-ca", &tls_ca, static_cast<std::string*>(nullptr))}) {
+    if (path->empty()) continue;
+    std::error_code abs_ec;
+    *path = std::filesystem::absolute(*path, abs_ec).string();
+    std::ifstream in(*path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().find("-----BEGIN ") == std::string::npos) {
+      spdlog::error("{} {}: cannot be read as a PEM file", flag, *path);
+      return 2;
+    }
+    if (out != nullptr) *out = text.str();
+  }
+  if (!tls_client_ca.empty() && tls_cert.empty()) {
+    spdlog::error("--tls-client-ca needs --tls-cert and --tls-key");
+    return 2;
+  }
 
   std::string host;
   int port = 0;
@@ -302,6 +343,7 @@ int main(int argc, char** argv) {
   options.devices = devices;
   options.restart_backoff_seconds = restart_backoff;
   options.paths = path_roots;
+  if (!tls_cert.empty()) options.tls_ca = tls_ca.empty() ? tls_cert : tls_ca;
   adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics);
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });
 
@@ -310,6 +352,15 @@ int main(int argc, char** argv) {
   adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, &access);
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::shared_ptr<grpc::ServerCredentials> server_credentials = grpc::InsecureServerCredentials();
+  if (!tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_key_cert_pairs.push_back({tls_pem.key, tls_pem.cert});
+    ssl.pem_root_certs = tls_pem.client_ca;
+    server_credentials = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default on Linux, so a second daemon could share the port and take
   // half the calls; without it a taken port is an error.
@@ -318,7 +369,7 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(16 << 20);
   int bound_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(listen, server_credentials, &bound_port);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -331,7 +382,8 @@ int main(int argc, char** argv) {
   }
 
   adctl::HttpServer http_server(&supervisor.jobs(), &queries, &metrics,
-                                adctl::HttpOptions{static_dir, &access, metrics_auth == "token"});
+                                adctl::HttpOptions{static_dir, &access, metrics_auth == "token",
+                                                   tls_cert, tls_key, tls_client_ca});
   std::string http_address;
   if (!http.empty()) {
     std::string http_host;

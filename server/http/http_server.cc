@@ -151,7 +151,19 @@ HttpServer::HttpServer(JobManager* jobs, const JobQueries* queries, JobMetrics* 
 HttpServer::~HttpServer() { Stop(); }
 
 Result<int> HttpServer::Start(const std::string& host, int port) {
-  server_ = std::make_unique<httplib::Server>();
+  if (!options_.tls_cert.empty()) {
+    // HTTPS with the gRPC side's certificate (and client CA, when adctld requires client certs).
+    auto tls = std::make_unique<httplib::SSLServer>(
+        options_.tls_cert.c_str(), options_.tls_key.c_str(),
+        options_.tls_client_ca.empty() ? nullptr : options_.tls_client_ca.c_str());
+    if (!tls->is_valid()) {
+      return InvalidArgument("--tls-cert " + options_.tls_cert + " / --tls-key " +
+                             options_.tls_key + ": not a usable certificate and key for HTTPS");
+    }
+    server_ = std::move(tls);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
   httplib::Server& s = *server_;
   s.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   if (options_.access != nullptr && options_.access->enabled()) {

@@ -45,6 +45,8 @@ struct HttpOptions {
   // Who may call the JSON API (viewer: GET, submitter: POST); null or no tokens: open.
   const AccessPolicy* access = nullptr;
   bool metrics_need_token = false;  // /metrics and /healthz need a viewer's token too
+  // HTTPS: PEM files (empty: plain HTTP); a client CA makes client certificates required.
+  std::string tls_cert, tls_key, tls_client_ca;
 };
 
 class HttpServer {

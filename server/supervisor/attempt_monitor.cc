@@ -172,6 +172,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   input.attempt = attempt;
   input.devices = devices;
   input.host_slots = options_.devices.size();
+  input.tls_ca = options_.tls_ca;
   std::vector<std::string> inherited;
   for (char** e = environ; *e; ++e) inherited.emplace_back(*e);
   const std::vector<RankLaunch> plan =

@@ -79,6 +79,7 @@ std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input,
     // told otherwise, which on a mixed machine is another GPU than the one adctld handed out.
     if (!cpu) l.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     l.env.emplace_back(kWorkerTokenEnv, input.token);
+    if (!input.tls_ca.empty()) l.env.emplace_back("ADCTL_TLS_CA", input.tls_ca);
     l.log_path = layout.rank_log(input.attempt, rank);
     l.exit_path = layout.rank_exit(input.attempt, rank);
     plan.push_back(std::move(l));

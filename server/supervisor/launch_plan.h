@@ -22,6 +22,7 @@ struct AttemptLaunchInput {
   int attempt = 1;
   std::vector<std::string> devices;  // one per rank: "gpu:UUID"-style CUDA ids or "cpu:N"
   size_t host_slots = 1;             // every device slot of this host (the OMP thread split)
+  std::string tls_ca;  // PEM the ranks verify adctld's TLS certificate with ("" : plaintext)
 };
 
 // The environment every rank inherits: `inherited` ("K=V" strings, e.g. adctld's environ) minus

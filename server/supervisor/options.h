@@ -17,7 +17,8 @@ struct SupervisorOptions {
   int heartbeat_interval_ms = 1000;
   double restart_backoff_seconds = 1.0;
   int tick_ms = 100;
-  PathRoots paths;  // which files a job may name (--read-root, --write-root)
+  PathRoots paths;     // which files a job may name (--read-root, --write-root)
+  std::string tls_ca;  // handed to ranks (ADCTL_TLS_CA) when adctld serves TLS
 };
 
 // "GPU" when any device is a GPU, else "CPU slot": the unit messages count devices in.

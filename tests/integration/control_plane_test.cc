@@ -2,6 +2,7 @@
 // binary, the real adworker training a tiny preset model on synthetic data.
 //
 // Each test is short (a few tiny steps); they share nothing, so ctest may run them in parallel.
+#include <httplib.h>
 #include <signal.h>
 
 #include <chrono>
@@ -335,6 +336,42 @@ TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
   EXPECT_GE(CheckpointStep(paused), 1) << paused.dump(2);
   EXPECT_TRUE(AnyEventContains(id, "pause requested"));
   ASSERT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
+}
+
+TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
+  Coordinator& c = *coordinator_;
+  // A CA and a certificate for 127.0.0.1 signed by it, made here with openssl.
+  const std::string d = c.dir() + "/tls";
+  fs::create_directories(d);
+  const std::string make =
+      "cd '" + d +
+      "' && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 "
+      "-subj '/CN=adctl test CA' && openssl req -newkey rsa:2048 -nodes -keyout server.key "
+      "-out server.csr -subj '/CN=localhost' && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' "
+      "> ext.cnf && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out server.pem -days 1 -extfile ext.cnf";
+  ASSERT_EQ(system((make + " > openssl.log 2>&1").c_str()), 0) << ReadFile(d + "/openssl.log");
+  c.Stop();
+  c.ForgetAddresses();
+  c.SetExtraArgs(
+      {"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key", "--tls-ca", d + "/ca.pem"});
+  c.SetClientEnv({"ADCTL_TLS_CA=" + d + "/ca.pem"});
+  c.Start();
+  // The ranks reach adctld over TLS too (verifying it with the CA adctld hands them).
+  auto r = c.Adctl({"submit", c.WriteSpec("tls", TinySpec(2)), "--wait", "--timeout", "240"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  // A client without the CA cannot talk to it; HTTPS verifies against the CA.
+  c.SetClientEnv({});
+  auto plain = c.Adctl({"ls"});
+  EXPECT_NE(plain.exit_code, 0) << plain.out;
+  const std::string http = c.http_address();
+  httplib::SSLClient https(http.substr(0, http.rfind(':')),
+                           std::stoi(http.substr(http.rfind(':') + 1)));
+  https.set_ca_cert_path((d + "/ca.pem").c_str());
+  https.enable_server_certificate_verification(true);
+  auto health = https.Get("/healthz");
+  ASSERT_TRUE(health) << "HTTPS with the CA: " << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
 }
 
 TEST_F(ControlPlaneTest, WaitExitCodesAndWhyAJobWaits) {

@@ -155,6 +155,8 @@ CommandResult Coordinator::Run(const std::string& program,
   const std::string base =
       dir_ + "/cmd-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
   std::string cmd = token_.empty() ? "" : "ADCTL_TOKEN=" + ShellQuote(token_) + " ";
+  if (!client_env_.empty()) cmd += "env ";
+  for (const std::string& assignment : client_env_) cmd += ShellQuote(assignment) + " ";
   cmd += ShellQuote(program);
   for (const auto& a : args) cmd += " " + ShellQuote(a);
   cmd += " > " + base + ".out 2> " + base + ".err";

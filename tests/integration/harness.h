@@ -35,6 +35,8 @@ class Coordinator {
   void Start();  // waits until adctld answers
   // More adctld flags for the next Start()s.
   void SetExtraArgs(std::vector<std::string> args) { extra_args_ = std::move(args); }
+  // "K=V" environment for the commands Run and Adctl start (e.g. ADCTL_TLS_CA=...).
+  void SetClientEnv(std::vector<std::string> env) { client_env_ = std::move(env); }
   void Kill9();  // SIGKILL adctld (its ranks keep running)
   // The next Start() listens on new free ports instead of the previous addresses.
   void ForgetAddresses() {
@@ -80,6 +82,7 @@ class Coordinator {
   std::string grpc_;
   std::string http_;
   std::vector<std::string> extra_args_;
+  std::vector<std::string> client_env_;
 };
 
 // Paths of the binaries under test (set by CMake).

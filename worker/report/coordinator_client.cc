@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "proto/grpc_status.h"
 
@@ -20,6 +22,19 @@ double NowUnix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// TLS when adctld gave its ranks a CA to verify it with (ADCTL_TLS_CA, a PEM file).
+std::shared_ptr<grpc::ChannelCredentials> Credentials() {
+  const char* ca = std::getenv("ADCTL_TLS_CA");
+  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
+  std::ifstream in(ca);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  if (pem.str().empty()) spdlog::error("ADCTL_TLS_CA {}: cannot be read", ca);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
+
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
   grpc::ChannelArguments args;
   // Reconnect quickly after an adctld restart.
@@ -27,7 +42,7 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 500);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, Credentials(), args);
 }
 
 bool Retryable(const grpc::Status& st) {
