@@ -376,6 +376,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
 
 Store::~Store() { sqlite3_close(db_); }
 
+Status Store::SetWritesFail(bool fail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Exec(fail ? "PRAGMA query_only=ON" : "PRAGMA query_only=OFF");
+}
+
 Status Store::Exec(const std::string& sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {

@@ -197,6 +197,9 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   int schema_version() const { return schema_version_; }
+  // Fault injection (tests): while on, every write fails as it would on a full or read-only
+  // disk (SQLite's query_only); reads still work.
+  Status SetWritesFail(bool fail);
 
   // Jobs.
   Status InsertJob(const JobRecord& job);  // also writes the "submitted" event

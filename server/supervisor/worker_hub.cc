@@ -1,5 +1,7 @@
 #include "server/supervisor/worker_hub.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -8,6 +10,22 @@
 #include "server/supervisor/secrets.h"
 
 namespace adctl {
+
+namespace {
+
+// A report adctld could not store (its disk full or read-only, SQLite failing) is not lost: the
+// rank is told to keep it and send it again (UNAVAILABLE is what its client retries).
+Status KeepAndRetry(Status stored, const std::string& what) {
+  if (stored.ok() || stored.code() == StatusCode::kNotFound ||
+      stored.code() == StatusCode::kInvalidArgument) {
+    return stored;
+  }
+  spdlog::error("cannot store {}: {}", what, stored.message());
+  return Unavailable("adctld could not store " + what + " (" + stored.message() +
+                     "); keep it and send it again");
+}
+
+}  // namespace
 
 Status WorkerHub::Authorize(const std::string& job_id, int attempt, int rank,
                             const std::string& token) {
@@ -128,7 +146,7 @@ Status WorkerHub::ReportMetrics(const std::string& job_id, int attempt, int rank
     m.rank = rank;
     if (m.time == 0) m.time = clock_->Now();
   }
-  ADCTL_RETURN_IF_ERROR(store_->AddMetrics(points));
+  ADCTL_RETURN_IF_ERROR(KeepAndRetry(store_->AddMetrics(points), "metric points"));
   if (recorder_->observer()) recorder_->observer()->OnMetrics(points);
   if (job->state == JobState::kStarting && !points.empty()) {
     recorder_->Transition(job_id, JobState::kRunning, "training (first step reported)", {},
@@ -175,7 +193,7 @@ Status WorkerHub::ReportCheckpoint(const std::string& job_id, int attempt, int /
   checkpoint.job_id = job_id;
   checkpoint.attempt = attempt;
   if (checkpoint.created_at == 0) checkpoint.created_at = clock_->Now();
-  ADCTL_RETURN_IF_ERROR(store_->AddCheckpoint(checkpoint));
+  ADCTL_RETURN_IF_ERROR(KeepAndRetry(store_->AddCheckpoint(checkpoint), "a checkpoint record"));
   recorder_->AddEvent(
       job_id, attempt, "checkpoint", "info",
       "checkpoint step " + std::to_string(checkpoint.step) + " committed: " + checkpoint.path);
@@ -200,7 +218,7 @@ Status WorkerHub::ReportSamples(const std::string& job_id, int attempt, int rank
     s.attempt = attempt;
     if (s.created_at == 0) s.created_at = clock_->Now();
   }
-  ADCTL_RETURN_IF_ERROR(store_->AddSamples(samples));
+  ADCTL_RETURN_IF_ERROR(KeepAndRetry(store_->AddSamples(samples), "sample records"));
   return recorder_->AddEvent(job_id, attempt, "samples", "info",
                              "rank " + std::to_string(rank) + ": " + message);
 }

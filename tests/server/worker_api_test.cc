@@ -107,6 +107,26 @@ TEST_F(WorkerApiTest, WrongTokenAttemptOrRankAndEndedAttemptsAreRefused) {
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(WorkerApiTest, ReportsTheDatabaseCannotTakeAreKeptAndDeliveredLater) {
+  auto client = CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, token_);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto& c = *client.value();
+  // The database cannot write (as on a full disk): the rank keeps its steps.
+  ASSERT_TRUE(store_->SetWritesFail(true).ok());
+  for (int step = 1; step <= 3; ++step) {
+    StepReport s;
+    s.step = step;
+    s.total_steps = 6;
+    s.loss = 1.0 / step;
+    c.OnStep(s);
+  }
+  EXPECT_FALSE(c.Flush(std::chrono::milliseconds(1500)));
+  ASSERT_TRUE(store_->SetWritesFail(false).ok());
+  // Once it can, every point arrives; none was dropped.
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(10)));
+  EXPECT_EQ(store_->ListMetrics(job_.id, 0)->size(), 3u);
+}
+
 TEST_F(WorkerApiTest, UnreachableCoordinatorIsUnavailable) {
   auto r = CoordinatorClient::Connect("127.0.0.1:1", job_.id, 1, 0, 1, token_,
                                       std::chrono::milliseconds(500));
