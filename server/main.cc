@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
   std::string advertise;
   std::string tokens_file;
   std::string on_stop = "detach";
+  double retain_ended_hours = 0;
   std::string metrics_auth = "open";
   adctl::PathRoots path_roots;
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
@@ -204,6 +205,11 @@ int main(int argc, char** argv) {
                  "'open': /metrics and /healthz need no token (Prometheus scrapes them); 'token': "
                  "they need a viewer's, like the JSON API")
       ->check(CLI::IsMember({"open", "token"}))
+      ->capture_default_str();
+  app.add_option("--retain-ended-hours", retain_ended_hours,
+                 "remove the folder of a job that ended this many hours ago (its record and "
+                 "metrics stay); 0: keep every folder")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--on-stop", on_stop,
                  "on SIGTERM/SIGINT: 'detach' leaves running ranks running (the next adctld "
@@ -433,7 +439,15 @@ int main(int argc, char** argv) {
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
   signal(SIGPIPE, SIG_IGN);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto next_retention = std::chrono::steady_clock::now();
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (retain_ended_hours > 0 && std::chrono::steady_clock::now() >= next_retention) {
+      const int removed = supervisor.jobs().RemoveEndedJobFolders(retain_ended_hours * 3600);
+      if (removed > 0) spdlog::info("retention: removed {} ended job folder(s)", removed);
+      next_retention = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+  }
 
   if (on_stop == "pause") {
     DrainByPausing(&supervisor, store->get());

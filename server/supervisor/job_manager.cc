@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
@@ -233,6 +234,39 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
     }
     return recorder_->Transition(job_id, JobState::kQueued, message, c);
   });
+}
+
+int JobManager::RemoveEndedJobFolders(double older_than_seconds) {
+  const double now = clock_->Now();
+  int removed = 0;
+  int64_t before = 0;
+  while (true) {
+    auto jobs = store_->ListJobs({JobState::kSucceeded, JobState::kFailed, JobState::kCancelled},
+                                 1000, before);
+    if (!jobs.ok() || jobs->empty()) break;
+    for (const JobRecord& j : jobs.value()) {
+      before = j.seq;
+      if (j.finished_at <= 0 || now - j.finished_at < older_than_seconds) continue;
+      std::error_code ec;
+      if (!std::filesystem::exists(j.job_dir, ec)) continue;
+      std::filesystem::remove_all(j.job_dir, ec);
+      if (ec) {
+        spdlog::warn("job {}: retention cannot remove {}: {}", j.id, j.job_dir, ec.message());
+        continue;
+      }
+      ++removed;
+      char hours[32];
+      std::snprintf(hours, sizeof(hours), "%g", older_than_seconds / 3600);
+      recorder_->AddEvent(
+          j.id, j.attempt, "retention", "info",
+          "job folder " + j.job_dir + " removed (ended more than " + hours +
+              " h ago; --retain-ended-hours)" +
+              (j.checkpoint_dir.empty() ? std::string()
+                                        : "; checkpoint.dir " + j.checkpoint_dir + " is kept"));
+    }
+    if (jobs->size() < 1000) break;
+  }
+  return removed;
 }
 
 }  // namespace adctl

@@ -48,6 +48,11 @@ class JobManager {
   // Why a QUEUED job waits ("" otherwise).
   std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
 
+  // Retention: removes the folder (spec, logs, checkpoints, samples, exports) of every job that
+  // ended more than `older_than_seconds` ago, with an event saying so; the job's record and
+  // metric history stay. Returns how many folders were removed.
+  int RemoveEndedJobFolders(double older_than_seconds);
+
  private:
   // A RESTARTING job whose attempt has no processes left: drops the relaunch and moves the job
   // to `to`, releasing its devices.

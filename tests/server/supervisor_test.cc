@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 namespace adctl {
@@ -257,6 +258,28 @@ TEST_F(SupervisorTest, HangWatchdogRestartsAnAttemptWithoutProgress) {
   EXPECT_NE(job.message.find("no training progress"), std::string::npos) << job.message;
   supervisor_->jobs().Cancel(id, std::nullopt, true);
   WaitFor(id, JobState::kCancelled);
+}
+
+TEST_F(SupervisorTest, RetentionRemovesTheFoldersOfJobsThatEndedLongEnoughAgo) {
+  std::string done = Submit(Spec("ok", 1));
+  JobRecord job = WaitFor(done, JobState::kSucceeded);
+  std::string queued = Submit(Spec("sleep", 1));
+  WaitFor(queued, JobState::kStarting);
+  ASSERT_TRUE(std::filesystem::exists(job.job_dir));
+  EXPECT_EQ(supervisor_->jobs().RemoveEndedJobFolders(3600), 0);  // ended just now
+  EXPECT_TRUE(std::filesystem::exists(job.job_dir));
+  EXPECT_EQ(supervisor_->jobs().RemoveEndedJobFolders(0), 1);  // the running job is untouched
+  EXPECT_FALSE(std::filesystem::exists(job.job_dir));
+  EXPECT_TRUE(std::filesystem::exists(store_->GetJob(queued)->job_dir));
+  // The record stays, and says what happened to the folder.
+  EXPECT_EQ(store_->GetJob(done)->state, JobState::kSucceeded);
+  bool said = false;
+  for (const EventRecord& e : store_->ListEvents(done, 0, 0).value()) {
+    said |= e.message.find("job folder " + job.job_dir + " removed") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  supervisor_->jobs().Cancel(queued, std::nullopt, true);
+  WaitFor(queued, JobState::kCancelled);
 }
 
 TEST_F(SupervisorTest, RanksThatNeverRegisterFailTheAttemptAfterTheRendezvousTimeout) {
