@@ -320,6 +320,24 @@ TEST_F(ControlPlaneTest, OneAdctldPerDataDirectoryAndPort) {
   EXPECT_EQ(c.Adctl({"gpus"}).exit_code, 0);
 }
 
+TEST_F(ControlPlaneTest, ASecondLocalUserCannotReadTheStateOrTheJobs) {
+  Coordinator& c = *coordinator_;
+  const std::string data = c.dir() + "/data";
+  EXPECT_EQ(fs::status(data).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(data + "/adctl.db").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  if (getuid() != 0 || system("command -v runuser > /dev/null") != 0) {
+    GTEST_SKIP() << "needs root and runuser to act as another user";
+  }
+  // As `nobody`: the database (worker-token hashes, specs) and the jobs' folders are closed.
+  fs::permissions(c.dir(), fs::perms::others_exec, fs::perm_options::add);  // reach data/
+  auto db = c.Run("/usr/sbin/runuser", {"-u", "nobody", "--", "cat", data + "/adctl.db"});
+  EXPECT_NE(db.exit_code, 0);
+  EXPECT_NE(db.err.find("Permission denied"), std::string::npos) << db.err;
+  auto jobs = c.Run("/usr/sbin/runuser", {"-u", "nobody", "--", "ls", data + "/jobs"});
+  EXPECT_NE(jobs.exit_code, 0);
+}
+
 TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
   Coordinator& c = *coordinator_;
   c.Stop();
