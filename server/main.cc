@@ -5,7 +5,6 @@
 // (server/http/http_server.h), and launches one adworker per rank. Stopping adctld
 // (SIGTERM/SIGINT) leaves running jobs running: a restarted adctld re-attaches them.
 #include <fcntl.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,6 +27,7 @@
 
 #include "common/logging.h"
 #include "server/grpc/job_service.h"
+#include "server/grpc/reflection_service.h"
 #include "server/grpc/worker_service.h"
 #include "server/http/http_server.h"
 #include "server/launcher/launcher.h"
@@ -357,7 +357,6 @@ int main(int argc, char** argv) {
   adctl::MotionExports exports(&queries);
   adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, &access);
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::shared_ptr<grpc::ServerCredentials> server_credentials = grpc::InsecureServerCredentials();
   if (!tls_cert.empty()) {
     grpc::SslServerCredentialsOptions ssl(
@@ -378,6 +377,13 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, server_credentials, &bound_port);
   builder.RegisterService(&job_service);
   builder.RegisterService(&worker_service);
+  // Reflection (v1 and v1alpha) with the JobService's access check.
+  const std::vector<std::string> services = {adctl::v1::JobService::service_full_name(),
+                                             adctl::v1::WorkerService::service_full_name()};
+  adctl::ReflectionV1 reflection_v1(services, &access);
+  adctl::ReflectionV1Alpha reflection_v1alpha(services, &access);
+  builder.RegisterService(&reflection_v1);
+  builder.RegisterService(&reflection_v1alpha);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     spdlog::error(
