@@ -125,6 +125,26 @@ TEST_F(WorkerApiTest, ReportsTheDatabaseCannotTakeAreKeptAndDeliveredLater) {
   // Once it can, every point arrives; none was dropped.
   ASSERT_TRUE(c.Flush(std::chrono::seconds(10)));
   EXPECT_EQ(store_->ListMetrics(job_.id, 0)->size(), 3u);
+
+  // More than the rank can hold while the database is down: the oldest are dropped, and the
+  // job's events say how many once adctld takes reports again.
+  ASSERT_TRUE(store_->SetWritesFail(true).ok());
+  for (int step = 4; step <= 10000 + 10; ++step) {
+    StepReport s;
+    s.step = step;
+    s.total_steps = 20000;
+    c.OnStep(s);
+  }
+  EXPECT_FALSE(c.Flush(std::chrono::milliseconds(500)));
+  ASSERT_TRUE(store_->SetWritesFail(false).ok());
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(20)));
+  EXPECT_EQ(store_->ListMetrics(job_.id, 0)->size(), 3u + 10000u);
+  bool said = false;
+  for (const EventRecord& e : store_->ListEvents(job_.id, 0, 0).value()) {
+    said |=
+        e.message.find("7 step metric point(s) and 0 event(s) were dropped") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
 }
 
 TEST_F(WorkerApiTest, UnreachableCoordinatorIsUnavailable) {

@@ -155,7 +155,10 @@ CoordinatorClient::~CoordinatorClient() {
 void CoordinatorClient::Enqueue(v1::WorkerEvent event, bool urgent) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (events_.size() >= kMaxQueuedEvents) events_.pop_front();
+    if (events_.size() >= kMaxQueuedEvents) {
+      events_.pop_front();
+      ++dropped_events_;
+    }
     events_.push_back(std::move(event));
     urgent_ = urgent_ || urgent;
   }
@@ -196,7 +199,10 @@ void CoordinatorClient::OnStep(const StepReport& r) {
   p.set_gpu_sm_clock_hertz(r.device.sm_clock_hertz);
   last_step_ = r.step;
   std::lock_guard<std::mutex> lock(mu_);
-  if (metrics_.size() >= kMaxQueuedMetrics) metrics_.pop_front();
+  if (metrics_.size() >= kMaxQueuedMetrics) {
+    metrics_.pop_front();
+    ++dropped_metrics_;
+  }
   metrics_.push_back(std::move(p));
 }
 
@@ -272,6 +278,24 @@ bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
       // Points queued meanwhile stay; the sent ones were at the front.
       metrics_.erase(metrics_.begin(),
                      metrics_.begin() + std::min(metrics_.size(), metrics.size()));
+      // adctld is back: the job's events say what the bounded queue had to drop meanwhile.
+      if (dropped_metrics_ > 0 || dropped_events_ > 0) {
+        v1::WorkerEvent e;
+        e.set_level("warning");
+        e.set_time(NowUnix());
+        e.set_message("rank " + std::to_string(ref_.rank()) + ": " +
+                      std::to_string(dropped_metrics_) + " step metric point(s) and " +
+                      std::to_string(dropped_events_) +
+                      " event(s) were dropped while adctld could not take them (the rank keeps " +
+                      std::to_string(kMaxQueuedMetrics) + " points and " +
+                      std::to_string(kMaxQueuedEvents) + " events)");
+        dropped_metrics_ = dropped_events_ = 0;
+        // Right after the events of this batch, so that sending it removes exactly those.
+        events_.insert(
+            events_.begin() + static_cast<std::ptrdiff_t>(std::min(events_.size(), events.size())),
+            e);
+        events.push_back(std::move(e));
+      }
     } else {
       ok = false;
     }

@@ -107,6 +107,8 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   bool urgent_ = false;                  // guarded by mu_
   bool shutting_down_ = false;           // guarded by mu_
   bool in_flight_ = false;               // guarded by mu_; a batch is being sent
+  int64_t dropped_metrics_ = 0;          // guarded by mu_; since the last delivery
+  int64_t dropped_events_ = 0;           // guarded by mu_
   std::thread sender_;
 };
 
