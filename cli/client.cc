@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+
+#include "proto/channel_credentials.h"
 
 namespace adctl::cli {
 
@@ -56,18 +56,9 @@ Connection ResolveConnection(const std::string& server_flag) {
 Client::Client(const Connection& connection) : connection_(connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!connection_.tls_ca.empty()) {
-    std::ifstream in(connection_.tls_ca);
-    std::stringstream pem;
-    pem << in.rdbuf();
-    if (!in || pem.str().empty()) {
-      std::cerr << "adctl: ADCTL_TLS_CA " << connection_.tls_ca << ": cannot be read\n";
-    }
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    credentials = grpc::SslCredentials(ssl);
-  }
+  std::string error;
+  auto credentials = ChannelCredentialsFor(connection_.tls_ca, &error);
+  if (!error.empty()) std::cerr << "adctl: " << error << "\n";
   channel_ = grpc::CreateCustomChannel(connection_.server, credentials, args);
   stub_ = v1::JobService::NewStub(channel_);
 }

@@ -4,6 +4,7 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace adctl {
@@ -128,8 +129,9 @@ void DeviceToProto(const DeviceStatus& d, v1::Device* out) {
   out->set_kind(d.device.kind);
   out->set_model(d.device.model);
   out->set_uuid(d.device.uuid);
-  out->set_memory_total_bytes(d.device.memory_total_bytes);
-  out->set_memory_used_bytes(d.device.memory_used_bytes);
+  // A device without a reading (a CPU slot) has none: 0, which the CLI shows as "-".
+  out->set_memory_total_bytes(std::max<int64_t>(0, d.device.reading.memory_total_bytes));
+  out->set_memory_used_bytes(std::max<int64_t>(0, d.device.reading.memory_used_bytes));
   out->set_job_id(d.job_id);
 }
 

@@ -3,18 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/sha256.h"
+#include "server/supervisor/secrets.h"
 
 namespace adctl {
 
 namespace {
-
-// Compares two equal-length hex digests without an early exit.
-bool SameDigest(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 bool IsHexDigest(const std::string& s) {
   if (s.size() != 64) return false;
@@ -45,11 +38,7 @@ const char* RoleName(Role role) {
   return "unknown";
 }
 
-std::string TokenHash(const std::string& token) {
-  Sha256 h;
-  h.Update(token);
-  return h.HexDigest();
-}
+std::string TokenHash(const std::string& token) { return Sha256Hex(token); }
 
 Status AccessPolicy::Add(Entry entry) {
   for (const Entry& e : entries_) {
@@ -130,7 +119,7 @@ AccessDecision AccessPolicy::Check(const std::string& bearer, Role needed) const
   const std::string hash = TokenHash(bearer);
   const Entry* match = nullptr;
   for (const Entry& e : entries_) {
-    if (SameDigest(e.sha256, hash)) match = &e;
+    if (SameSecret(e.sha256, hash)) match = &e;
   }
   if (match == nullptr) {
     d.kind = AccessDecision::Kind::kUnauthenticated;

@@ -2,16 +2,6 @@
 
 namespace adctl {
 
-namespace {
-
-void Apply(const DeviceReading& r, Device* d) {
-  d->reading = r;
-  if (r.memory_total_bytes >= 0) d->memory_total_bytes = r.memory_total_bytes;
-  if (r.memory_used_bytes >= 0) d->memory_used_bytes = r.memory_used_bytes;
-}
-
-}  // namespace
-
 Result<std::vector<Device>> ProbeNvml() {
   auto gpus = NvmlListGpus();
   if (!gpus.ok()) return gpus.status();
@@ -22,7 +12,7 @@ Result<std::vector<Device>> ProbeNvml() {
     d.kind = "gpu";
     d.model = gpu.model;
     d.uuid = gpu.uuid;
-    if (auto r = NvmlRead(gpu.index); r.ok()) Apply(r.value(), &d);
+    if (auto r = NvmlRead(gpu.index); r.ok()) d.reading = r.value();
     out.push_back(d);
   }
   return out;
@@ -31,7 +21,7 @@ Result<std::vector<Device>> ProbeNvml() {
 void RefreshNvml(std::vector<Device>* devices) {
   for (Device& d : *devices) {
     if (d.kind != "gpu") continue;
-    if (auto r = NvmlRead(static_cast<unsigned>(std::stoul(d.name))); r.ok()) Apply(r.value(), &d);
+    if (auto r = NvmlRead(static_cast<unsigned>(std::stoul(d.name))); r.ok()) d.reading = r.value();
   }
 }
 

@@ -17,8 +17,6 @@ struct Device {
   std::string kind;   // "gpu" | "cpu"
   std::string model;  // "NVIDIA H200"
   std::string uuid;
-  int64_t memory_total_bytes = 0;
-  int64_t memory_used_bytes = 0;
   // The last NVML sample (RefreshNvml); all negative for CPU slots, which have none.
   DeviceReading reading;
 };

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "proto/channel_credentials.h"
 #include "proto/grpc_status.h"
 
 namespace adctl {
@@ -25,14 +25,10 @@ double NowUnix() {
 // TLS when adctld gave its ranks a CA to verify it with (ADCTL_TLS_CA, a PEM file).
 std::shared_ptr<grpc::ChannelCredentials> Credentials() {
   const char* ca = std::getenv("ADCTL_TLS_CA");
-  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
-  std::ifstream in(ca);
-  std::stringstream pem;
-  pem << in.rdbuf();
-  if (pem.str().empty()) spdlog::error("ADCTL_TLS_CA {}: cannot be read", ca);
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem.str();
-  return grpc::SslCredentials(ssl);
+  std::string error;
+  auto credentials = ChannelCredentialsFor(ca == nullptr ? "" : ca, &error);
+  if (!error.empty()) spdlog::error("{}", error);
+  return credentials;
 }
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
