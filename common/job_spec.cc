@@ -55,6 +55,12 @@ ADCTL_SPEC_ENUM_TABLE(BetaSchedule, {BetaSchedule::kLinear, "linear"},
 ADCTL_SPEC_ENUM_TABLE(PredictionType, {PredictionType::kEpsilon, "epsilon"},
                       {PredictionType::kVPrediction, "v_prediction"})
 ADCTL_SPEC_ENUM_TABLE(BucketDtype, {BucketDtype::kFp32, "fp32"}, {BucketDtype::kBf16, "bf16"})
+// "false" / "true": the boolean this field was before it named a granularity.
+ADCTL_SPEC_ENUM_TABLE(GradientCheckpointing, {GradientCheckpointing::kNone, "none"},
+                      {GradientCheckpointing::kResnets, "resnets"},
+                      {GradientCheckpointing::kFull, "full"},
+                      {GradientCheckpointing::kNone, "false"},
+                      {GradientCheckpointing::kFull, "true"})
 
 #undef ADCTL_SPEC_ENUM_TABLE
 
@@ -116,6 +122,7 @@ void ForEachField(Spec& s, F&& f) {
   f("train.seed", s.train.seed);
   f("train.precision", s.train.precision);
   f("train.attention", s.train.attention);
+  f("train.cuda_graphs", s.train.cuda_graphs);
   f("train.beta_schedule", s.train.beta_schedule);
   f("train.beta_start", s.train.beta_start);
   f("train.beta_end", s.train.beta_end);

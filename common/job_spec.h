@@ -29,6 +29,8 @@ enum class AttentionKernel { kAuto, kFlash, kEfficient, kCudnn, kMath };
 enum class BetaSchedule { kLinear, kScaledLinear, kPretrained };
 enum class PredictionType { kEpsilon, kVPrediction };
 enum class BucketDtype { kFp32, kBf16 };
+// model.gradient_checkpointing: what the backward pass recomputes instead of keeping.
+enum class GradientCheckpointing { kNone, kResnets, kFull };
 
 template <typename E>
 struct SpecEnumName {
@@ -49,6 +51,7 @@ const std::vector<SpecEnumName<AttentionKernel>>& SpecEnumNames(AttentionKernel)
 const std::vector<SpecEnumName<BetaSchedule>>& SpecEnumNames(BetaSchedule);
 const std::vector<SpecEnumName<PredictionType>>& SpecEnumNames(PredictionType);
 const std::vector<SpecEnumName<BucketDtype>>& SpecEnumNames(BucketDtype);
+const std::vector<SpecEnumName<GradientCheckpointing>>& SpecEnumNames(GradientCheckpointing);
 
 // The spec's name of `value` ("v_prediction").
 template <typename E>
@@ -82,7 +85,10 @@ struct ModelSpec {
   // trained so, and ComfyUI/A1111 run them so), kAcrossFrames (diffusers normalises over all
   // frames of a clip), kAuto (what the loaded module records, else its format's convention).
   MotionNorm motion_norm = MotionNorm::kPerFrame;
-  bool gradient_checkpointing = false;
+  // Activations the backward pass recomputes: none; the ResNet blocks of the down and up blocks
+  // (diffusers' granularity); or every down/up ResNet, transformer and motion module (full,
+  // AnimateDiff's). `true` / `false` are accepted for full / none.
+  GradientCheckpointing gradient_checkpointing = GradientCheckpointing::kNone;
   // Presets only: motion-module layout "v2" (mid-block module) or "v1"/"v3" (none).
   PresetLayout preset_layout = PresetLayout::kV2;
 };
@@ -141,6 +147,9 @@ struct TrainSpec {
   // Attention kernels (LibTorch 2.x): "auto" (LibTorch's choice) | "flash" | "efficient" |
   // "cudnn" | "math".
   AttentionKernel attention = AttentionKernel::kAuto;
+  // Capture a training micro-step as a CUDA graph and replay it (worker/train/step_graph.h):
+  // one GPU, LibTorch 2.x; ignored, with an event saying so, elsewhere.
+  bool cuda_graphs = false;
   // "linear" | "scaled_linear" | "pretrained" (model.pretrained's scheduler/scheduler_config.json
   // gives the schedule, betas, timesteps and prediction type)
   BetaSchedule beta_schedule = BetaSchedule::kLinear;

@@ -78,7 +78,7 @@ TEST(JobSpecTest, WrongTypesNameFieldAndExpectation) {
   EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: {lr: \"1e-4\"}\n").message(),
               HasSubstr("train.lr: expected a number"));
   EXPECT_THAT(ParseError("model: {preset: tiny, gradient_checkpointing: maybe}\n").message(),
-              HasSubstr("model.gradient_checkpointing: expected a boolean"));
+              HasSubstr("model.gradient_checkpointing: must be one of 'none', 'resnets', 'full'"));
   EXPECT_THAT(ParseError("model: {preset: [tiny]}\n").message(),
               HasSubstr("model.preset: expected a string, got a sequence"));
   EXPECT_THAT(ParseError("model: {preset: tiny}\ntrain: 3\n").message(),
@@ -116,7 +116,7 @@ TEST(JobSpecTest, Overrides) {
   EXPECT_DOUBLE_EQ(spec->train.beta1, 0.9);
   EXPECT_DOUBLE_EQ(spec->train.beta2, 0.99);
   EXPECT_EQ(spec->resources.gpus, 4);  // section absent from the file: created
-  EXPECT_TRUE(spec->model.gradient_checkpointing);
+  EXPECT_EQ(spec->model.gradient_checkpointing, GradientCheckpointing::kFull);  // the old bool
   EXPECT_EQ(spec->name, "renamed");
   EXPECT_EQ(spec->checkpoint.dir, "/tmp/x y");
 
@@ -279,7 +279,7 @@ TEST(JobSpecTest, YamlRoundTrip) {
   s.model.unet2d = "/a path/with \"quotes\" and \\ backslash";
   s.model.motion_adapter = "null";  // must stay a string
   s.model.motion_module_file = "123";
-  s.model.gradient_checkpointing = true;
+  s.model.gradient_checkpointing = GradientCheckpointing::kResnets;
   s.model.motion_norm = MotionNorm::kPerFrame;
   s.data.kind = DataKind::kLatents;
   s.data.path = "yes";

@@ -113,7 +113,7 @@ torch::Tensor UNet3DImpl::RunMotion(torch::nn::ModuleList list, size_t i, const 
   auto* mm = list[i]->as<MotionModuleImpl>();
   const bool across = motion_.norm_across_frames;
   return MaybeCheckpoint(
-      gradient_checkpointing_,
+      gradient_checkpointing_ == GradientCheckpointing::kFull,
       [mm, frames, across](const torch::Tensor& h) { return mm->forward(h, frames, across); }, x);
 }
 
@@ -124,7 +124,9 @@ torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tens
   TORCH_CHECK(timesteps.dim() == 1 && timesteps.size(0) == b, "UNet3D: timesteps must be [B]");
   TORCH_CHECK(text.dim() == 3 && text.size(0) == b, "UNet3D: text states must be [B, L, D]");
   const auto dtype = sample.scalar_type();
-  const bool ckpt = gradient_checkpointing_;
+  // kResnets: the ResNets only (diffusers); kFull: ResNets, transformers and motion modules.
+  const bool ckpt_resnets = gradient_checkpointing_ != GradientCheckpointing::kNone;
+  const bool ckpt = gradient_checkpointing_ == GradientCheckpointing::kFull;
 
   auto features = TimestepFeatures(timesteps, unet_.block_out_channels[0], unet_.flip_sin_to_cos,
                                    unet_.freq_shift)
@@ -139,7 +141,8 @@ torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tens
   auto resnet = [&](torch::nn::ModuleList list, size_t i, const torch::Tensor& h) {
     auto* r = list[i]->as<ResnetBlock2DImpl>();
     return MaybeCheckpoint(
-        ckpt, [r, emb, frames](const torch::Tensor& in) { return r->forward(in, emb, frames); }, h);
+        ckpt_resnets,
+        [r, emb, frames](const torch::Tensor& in) { return r->forward(in, emb, frames); }, h);
   };
   auto attention = [&](torch::nn::ModuleList list, size_t i, const torch::Tensor& h) {
     auto* a = list[i]->as<Transformer2DImpl>();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "worker/model/config.h"
 #include "worker/model/layers.h"
 #include "worker/model/motion_module.h"
@@ -44,7 +45,7 @@ class UNet3DImpl : public torch::nn::Module {
   const UNetConfig& unet_config() const { return unet_; }
   const MotionConfig& motion_config() const { return motion_; }
   void set_norm_across_frames(bool v) { motion_.norm_across_frames = v; }
-  void set_gradient_checkpointing(bool v) { gradient_checkpointing_ = v; }
+  void set_gradient_checkpointing(GradientCheckpointing v) { gradient_checkpointing_ = v; }
 
  private:
   torch::Tensor RunMotion(torch::nn::ModuleList list, size_t i, const torch::Tensor& x,
@@ -52,7 +53,7 @@ class UNet3DImpl : public torch::nn::Module {
 
   UNetConfig unet_;
   MotionConfig motion_;
-  bool gradient_checkpointing_ = false;
+  GradientCheckpointing gradient_checkpointing_ = GradientCheckpointing::kNone;
 
   torch::nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
   TimestepEmbedding time_embedding{nullptr};
