@@ -1,0 +1,102 @@
+// Faults of the machine under a real adctld (label fault): the disk under its database fills up
+// while a job trains. Needs root to mount a small tmpfs; skips, saying so, where mounting is not
+// permitted.
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "tests/integration/harness.h"
+
+namespace adctl::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t Step(const nlohmann::json& job) {
+  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
+}
+
+// A tmpfs of `megabytes` at `path`, unmounted (lazily) when this goes away.
+class SmallDisk {
+ public:
+  SmallDisk(std::string path, int megabytes) : path_(std::move(path)) {
+    fs::create_directories(path_);
+    const std::string options = "size=" + std::to_string(megabytes) + "m,mode=0700";
+    if (mount("tmpfs", path_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      why_not_ = std::string("cannot mount a tmpfs here: ") + std::strerror(errno);
+    }
+  }
+  ~SmallDisk() {
+    if (why_not_.empty()) umount2(path_.c_str(), MNT_DETACH);
+  }
+  const std::string& why_not() const { return why_not_; }
+
+  // Writes a file until the disk is full; returns its path.
+  std::string Fill() const {
+    const std::string filler = path_ + "/filler";
+    std::ofstream out(filler, std::ios::binary);
+    const std::string block(1 << 16, 'x');
+    while (out.write(block.data(), block.size())) {
+    }
+    return filler;
+  }
+
+ private:
+  std::string path_;
+  std::string why_not_;
+};
+
+TEST(FaultTest, DiskFullUnderTheDatabaseLosesNoMetricsAndSaysWhy) {
+  if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) GTEST_SKIP() << "no adworker";
+  Coordinator c(1);
+  SmallDisk disk(c.dir() + "/data", 48);  // adctld's data directory: database and job folders
+  if (!disk.why_not().empty()) GTEST_SKIP() << disk.why_not();
+  c.Start();
+  const int kSteps = 300;
+  const std::string id = c.Submit(c.WriteSpec("full",
+                                              "name: full\n"
+                                              "model: {preset: tiny}\n"
+                                              "data: {kind: synthetic, num_samples: 16, "
+                                              "frames: 4, height: 8, width: 8}\n"
+                                              "train: {max_steps: " +
+                                                  std::to_string(kSteps) +
+                                                  ", batch_size: 1, log_every: 1}\n"
+                                                  "checkpoint: {enabled: false}\n"));
+  c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 5; }, 240, "step 5");
+
+  // The disk fills while the rank trains: adctld cannot record its reports.
+  const std::string filler = disk.Fill();
+  const int64_t full_at = Step(c.Describe(id));
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const std::string log = ReadFile(c.dir() + "/adctld.log");
+  EXPECT_NE(log.find("full"), std::string::npos)
+      << "adctld did not say its disk is full:\n"
+      << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
+  // Reads still work while writes fail.
+  auto during = c.Describe(id);
+  EXPECT_EQ(during["state"], "JOB_STATE_RUNNING") << during.dump(2);
+
+  fs::remove(filler);
+  EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "240"}).exit_code, 0);
+  auto job = c.Describe(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED") << job.dump(2);
+  EXPECT_EQ(Step(job), kSteps);
+  // Every step's metric point reached the database: the rank kept what adctld refused and sent
+  // it again once the disk had room.
+  auto points = nlohmann::json::parse(
+      c.HttpGet("/api/v1/jobs/" + id + "/metrics?max_points=100000"), nullptr, false)["points"];
+  std::set<int64_t> steps;
+  for (const auto& p : points) steps.insert(std::stoll(p["step"].get<std::string>()));
+  EXPECT_EQ(static_cast<int>(steps.size()), kSteps) << "disk filled at step " << full_at;
+  c.Stop();
+}
+
+}  // namespace
+}  // namespace adctl::testing
