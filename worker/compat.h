@@ -10,6 +10,7 @@
 namespace adctl::compat {
 
 constexpr bool kHasScaledDotProductAttention = TORCH_VERSION_MAJOR >= 2;
+constexpr bool kHasFusedAdamW = TORCH_VERSION_MAJOR >= 2;  // at::_fused_adamw_ (CUDA)
 
 // softmax(q kᵀ / √d) v for q [N, heads, Lq, d], k/v [N, heads, Lk, d]; no mask, no dropout.
 // LibTorch 2.x: at::scaled_dot_product_attention (flash / memory-efficient kernels on GPU).
@@ -55,6 +56,28 @@ inline std::string SelectAttentionKernels(const std::string& name) {
   if (name == "math") return "";
   return "attention kernels '" + name + "' need LibTorch 2.3 or newer (this build has " +
          std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ")";
+#endif
+}
+
+// One AdamW update of every parameter in a single fused kernel (at::_fused_adamw_, LibTorch
+// 2.0+, CUDA tensors; what torch.optim.AdamW(fused=True) runs). `step` is a 0-dim fp32 tensor
+// on the parameters' device holding the 1-based step being taken. Returns false, changing
+// nothing, where it is unavailable (the caller runs the multi-tensor formula instead).
+inline bool FusedAdamW(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+                       std::vector<torch::Tensor>& exp_avg, std::vector<torch::Tensor>& exp_avg_sq,
+                       const torch::Tensor& step, double lr, double beta1, double beta2,
+                       double weight_decay, double eps) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (params.empty() || !params[0].is_cuda()) return false;
+  std::vector<torch::Tensor> max_exp_avg_sq;  // amsgrad off
+  const std::vector<torch::Tensor> steps(params.size(), step);
+  at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq, steps, lr, beta1, beta2,
+                    weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  return true;
+#else
+  (void)params, (void)grads, (void)exp_avg, (void)exp_avg_sq, (void)step, (void)lr, (void)beta1,
+      (void)beta2, (void)weight_decay, (void)eps;
+  return false;
 #endif
 }
 

@@ -72,7 +72,8 @@ class JsonlReporter : public Reporter {
            {"step", r.step},
            {"path", r.path},
            {"size_bytes", r.size_bytes},
-           {"save_seconds", r.save_seconds}});
+           {"save_seconds", r.save_seconds},
+           {"stall_seconds", r.stall_seconds}});
   }
   void OnEvent(EventLevel, const std::string& message) override {
     Write({{"event", "message"}, {"message", message}});

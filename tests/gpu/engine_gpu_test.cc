@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "common/checkpoint_dir.h"
 #include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
 #include "worker/model/weights.h"
+#include "worker/train/checkpoint_saver.h"
+#include "worker/train/optimizer.h"
 #include "worker/train/trainer.h"
 
 namespace adctl {
@@ -117,6 +120,108 @@ TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
 INSTANTIATE_TEST_SUITE_P(AttentionKernels, Bf16TinyTraining,
                          ::testing::Values("auto", "flash", "efficient", "cudnn", "math"),
                          [](const auto& info) { return info.param; });
+
+// at::_fused_adamw_ (one kernel) against the multi-tensor formula it replaces: the same
+// parameters and moments after three steps with weight decay, to fp32 rounding.
+TEST_F(EngineGpuTest, FusedAdamWMatchesTheForeachFormula) {
+  torch::manual_seed(0);
+  TrainSpec spec;
+  spec.weight_decay = 0.01;
+  std::vector<torch::Tensor> initial = {torch::randn({320, 640}), torch::randn({640}),
+                                        torch::randn({3, 5, 7})};
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (int s = 0; s < 3; ++s) {
+    grads.emplace_back();
+    for (const auto& t : initial) grads.back().push_back(torch::randn_like(t).cuda());
+  }
+  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> params(2);
+  for (int which = 0; which < 2; ++which) {
+    for (size_t i = 0; i < initial.size(); ++i) {
+      params[which].emplace_back("p" + std::to_string(i),
+                                 initial[i].cuda().set_requires_grad(true));
+    }
+  }
+  AdamW fused(params[0], spec, /*allow_fused=*/true), plain(params[1], spec, false);
+  ASSERT_TRUE(fused.fused());
+  ASSERT_FALSE(plain.fused());
+  for (int s = 0; s < 3; ++s) {
+    for (int which = 0; which < 2; ++which) {
+      for (size_t i = 0; i < initial.size(); ++i) {
+        params[which][i].second.mutable_grad().copy_(grads[s][i]);
+      }
+    }
+    fused.Step(1e-3 * (s + 1));
+    plain.Step(1e-3 * (s + 1));
+  }
+  for (size_t i = 0; i < initial.size(); ++i) {
+    EXPECT_LT(RelativeError(params[0][i].second.detach(), params[1][i].second.detach().cpu()), 1e-6)
+        << i;
+  }
+  const TensorMap a = fused.StateDict(), b = plain.StateDict();
+  for (const auto& [name, t] : a) {
+    if (name == "step") continue;
+    EXPECT_LT(RelativeError(t, b.at(name).cpu()), 1e-6) << name;
+  }
+}
+
+// A checkpoint of GPU tensors (copied to pinned memory without waiting per tensor) holds them
+// as they were at Start, although the device changes them right after.
+TEST_F(EngineGpuTest, BackgroundCheckpointOfGpuTensorsIsTheStateAtStart) {
+  const auto dir = fs::temp_directory_path() / ("adctl-gpu-saver-" + std::to_string(::getpid()));
+  auto weight = torch::randn({4096, 1024}, torch::kCUDA);
+  const auto expected = weight.cpu();
+  CheckpointSaver saver(dir.string(), 1, "");
+  CheckpointState state;
+  state.step = 1;
+  state.motion_adapter = {{"down_blocks.0.motion_modules.0.proj_out.weight", weight}};
+  state.motion_adapter_config = "{}";
+  state.optimizer = {{"exp_avg.w", weight}, {"step", torch::tensor({1}, torch::kLong)}};
+  saver.Reserve(state);
+  saver.Start(state);
+  weight.mul_(3);  // the next step, queued right after the copies
+  auto saved = saver.Wait();
+  ASSERT_TRUE(saved && saved->status.ok()) << (saved ? saved->status.ToString() : "no result");
+  auto read = ReadTensorFile(saved->path + "/optimizer.safetensors");
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(torch::equal(read->at("exp_avg.w"), expected));
+  EXPECT_TRUE(RemoveTree(dir.string()).ok());
+}
+
+// train.cuda_graphs: the captured and replayed step trains as the eager one does (same seed,
+// same batches: the same loss curve to bf16 rounding) and says it captured.
+TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
+  std::map<bool, std::vector<double>> losses;
+  for (bool graphs : {false, true}) {
+    const auto dir = fs::temp_directory_path() / ("adctl-gpu-graph-" + std::to_string(graphs) +
+                                                  "-" + std::to_string(::getpid()));
+    auto spec = ParseJobSpec(
+        "name: g\nmodel: {preset: tiny}\n"
+        "data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, width: 16, text_len: 4}\n"
+        "train: {max_steps: 8, batch_size: 2, grad_accum: 2, lr: 1.0e-3, precision: bf16, "
+        "cuda_graphs: " +
+        std::string(graphs ? "true" : "false") +
+        "}\n"
+        "checkpoint: {enabled: false}\n");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    RecordingReporter rep;
+    TrainerOptions o;
+    o.spec = *spec;
+    o.job_dir = dir.string();
+    o.reporter = &rep;
+    ASSERT_EQ(RunTrainer(o), kExitOk) << (rep.events.empty() ? "" : rep.events.back());
+    for (const auto& s : rep.steps) losses[graphs].push_back(s.loss);
+    bool captured = false;
+    for (const auto& e : rep.events) captured = captured || e.find("captured") != std::string::npos;
+    EXPECT_EQ(captured, graphs);
+    EXPECT_TRUE(RemoveTree(dir.string()).ok());
+  }
+  ASSERT_EQ(losses[true].size(), 8u);
+  ASSERT_EQ(losses[false].size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_NEAR(losses[true][i], losses[false][i], 2e-2 * std::abs(losses[false][i]))
+        << "step " << i + 1;
+  }
+}
 
 }  // namespace
 }  // namespace adctl

@@ -2,16 +2,22 @@
 #include "worker/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/model/weights.h"
+#include "worker/train/checkpoint_saver.h"
 
 namespace adctl {
 namespace {
@@ -80,6 +86,12 @@ TEST_F(TrainerTest, TrainsAndWritesALoadableCheckpoint) {
   ASSERT_EQ(Train(Spec(), "a", &rep), kExitOk) << (rep.events.empty() ? "" : rep.events.back());
   ASSERT_EQ(rep.losses.size(), 6u);
   for (const auto& [step, loss] : rep.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  // Every checkpoint written in the background is reported, in order, once committed.
+  ASSERT_EQ(rep.checkpoints.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rep.checkpoints[i].step, 2 * static_cast<int64_t>(i + 1));
+    EXPECT_GT(rep.checkpoints[i].size_bytes, 0);
+  }
   // keep_last 2: steps 4 and 6 remain, both verify.
   auto list = ListCheckpoints((root_ / "a/checkpoints").string());
   ASSERT_TRUE(list.ok());
@@ -217,6 +229,123 @@ TEST_F(TrainerTest, NoUsableCheckpointIsSaidBeforeStartingOver) {
             e.find("verifies") != std::string::npos && e.find("step 0") != std::string::npos;
   }
   EXPECT_TRUE(said) << "no event says the checkpoints were unusable";
+}
+
+// --- The background checkpoint writer -------------------------------------------------------
+
+class CheckpointSaverTest : public TrainerTest {};
+
+CheckpointState SmallState(int64_t step, const torch::Tensor& weight) {
+  CheckpointState state;
+  state.step = step;
+  state.motion_adapter = {{"down_blocks.0.motion_modules.0.proj_out.weight", weight}};
+  state.motion_adapter_config = "{}";
+  state.optimizer = {{"exp_avg.w", weight * 2}, {"step", torch::tensor({step}, torch::kLong)}};
+  state.metadata = {{"step", step}};
+  return state;
+}
+
+TEST_F(CheckpointSaverTest, WritesTheStateAsItWasAtStartWhileTrainingChangesIt) {
+  const std::string root = (root_ / "ckpt").string();
+  CheckpointSaver saver(root, 2, "");
+  EXPECT_FALSE(saver.Poll().has_value());
+  auto weight = torch::ones({1000});
+  saver.Start(SmallState(1, weight));
+  weight.fill_(5);                     // the next optimizer step, while the write runs
+  saver.Start(SmallState(2, weight));  // waits for the first write; never two in flight
+  auto first = saver.Wait();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->step, 1);  // results come oldest first
+  ASSERT_TRUE(first->status.ok()) << first->status.ToString();
+  auto second = saver.Poll();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->step, 2);
+  EXPECT_FALSE(saver.Poll().has_value());
+  EXPECT_FALSE(saver.in_flight());
+
+  auto verified = VerifyCheckpoint(first->path);
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(verified->metadata["step"], 1);
+  auto read = ReadTensorFile(first->path + "/motion_adapter/diffusion_pytorch_model.safetensors");
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(torch::equal(read->begin()->second, torch::ones({1000})));  // not the 5s
+  auto read2 = ReadTensorFile(second->path + "/optimizer.safetensors");
+  ASSERT_TRUE(read2.ok());
+  EXPECT_TRUE(torch::equal(read2->at("exp_avg.w"), torch::full({1000}, 10.0f)));
+  EXPECT_GT(second->size_bytes, 8000);
+}
+
+TEST_F(CheckpointSaverTest, AFailedWriteIsReportedWithItsCause) {
+  const fs::path blocker = root_ / "not-a-directory";
+  std::ofstream(blocker) << "x";
+  CheckpointSaver saver(blocker.string(), 1, "");
+  saver.Start(SmallState(3, torch::ones({4})));
+  auto saved = saver.Wait();
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_FALSE(saved->status.ok());
+  EXPECT_NE(saved->status.ToString().find(blocker.string()), std::string::npos)
+      << saved->status.ToString();
+  EXPECT_TRUE(saved->path.empty());
+}
+
+// Runs in its own process, started by the test below: writes a checkpoint of 512 MB at step 2
+// and waits for the background write, which the test kills.
+TEST(CheckpointSaverChild, DISABLED_WritesALargeCheckpoint) {
+  const char* root = std::getenv("ADCTL_SAVER_TEST_ROOT");
+  ASSERT_NE(root, nullptr);
+  CheckpointSaver saver(root, 3, "");
+  CheckpointState state = SmallState(2, torch::ones({64 << 20}));
+  saver.Start(state);
+  saver.Wait();
+}
+
+TEST_F(CheckpointSaverTest, AWorkerKilledDuringTheBackgroundWriteKeepsThePreviousCheckpoint) {
+  const std::string root = (root_ / "ckpt").string();
+  {
+    CheckpointSaver saver(root, 3, "");
+    saver.Start(SmallState(1, torch::ones({16})));
+    auto saved = saver.Wait();
+    ASSERT_TRUE(saved && saved->status.ok());
+  }
+  const std::string env_root = "ADCTL_SAVER_TEST_ROOT=" + root;
+  std::vector<std::string> args = {"/proc/self/exe", "--gtest_also_run_disabled_tests",
+                                   "--gtest_filter=CheckpointSaverChild.DISABLED_*"};
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(const_cast<char*>(env_root.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()), 0);
+  // Kill it once the background write has begun writing tensors into its temporary directory.
+  std::string tmp_dir;
+  for (int i = 0; i < 6000 && tmp_dir.empty(); ++i) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(".tmp-step-00000002-", 0) == 0 &&
+          fs::exists(entry.path() / "motion_adapter/diffusion_pytorch_model.safetensors")) {
+        tmp_dir = entry.path().string();
+      }
+    }
+    if (tmp_dir.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(tmp_dir.empty()) << "the child never started writing step 2";
+  EXPECT_TRUE(WIFSIGNALED(status)) << "the write finished before the kill";
+
+  EXPECT_FALSE(fs::exists(root + "/step-00000002"));
+  auto latest = LatestVerifiedCheckpoint(root);
+  ASSERT_TRUE(latest.ok());
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->info.step, 1);
+  // Retention removes the dead writer's temporary directory.
+  auto retention = ApplyRetention(root, 3);
+  ASSERT_TRUE(retention.ok());
+  EXPECT_FALSE(fs::exists(tmp_dir));
 }
 
 }  // namespace

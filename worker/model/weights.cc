@@ -368,19 +368,28 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
 
 namespace {
 
-Status SaveSubset(UNet3DImpl& model, const std::string& dir, bool motion,
-                  const std::string& config) {
+// The parameters and buffers of `model` that are (motion = true) or are not motion-module ones.
+TensorMap Subset(UNet3DImpl& model, bool motion) {
+  TensorMap tensors;
+  for (const auto& item : model.named_parameters(true)) {
+    if (IsMotionKey(item.key()) == motion) tensors[item.key()] = item.value();
+  }
+  for (const auto& item : model.named_buffers(true)) {
+    if (IsMotionKey(item.key()) == motion) tensors[item.key()] = item.value();
+  }
+  return tensors;
+}
+
+}  // namespace
+
+Status WriteModelFolder(const std::string& dir, const TensorMap& tensors,
+                        const std::string& config) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Internal(dir + ": cannot create: " + ec.message());
-  TensorMap tensors;
-  for (const auto& item : model.named_parameters(true)) {
-    if (IsMotionKey(item.key()) == motion) tensors[item.key()] = item.value().to(torch::kFloat);
-  }
-  for (const auto& item : model.named_buffers(true)) {
-    if (IsMotionKey(item.key()) == motion) tensors[item.key()] = item.value().to(torch::kFloat);
-  }
-  ADCTL_RETURN_IF_ERROR(WriteTensorFile(dir + "/diffusion_pytorch_model.safetensors", tensors));
+  TensorMap fp32;
+  for (const auto& [name, t] : tensors) fp32[name] = t.to(torch::kFloat);
+  ADCTL_RETURN_IF_ERROR(WriteTensorFile(dir + "/diffusion_pytorch_model.safetensors", fp32));
   std::ofstream out(dir + "/config.json");
   out << config;
   out.close();
@@ -388,15 +397,19 @@ Status SaveSubset(UNet3DImpl& model, const std::string& dir, bool motion,
   return Status::Ok();
 }
 
-}  // namespace
+TensorMap MotionAdapterTensors(UNet3DImpl& model) { return Subset(model, /*motion=*/true); }
+
+std::string MotionAdapterConfig(UNet3DImpl& model) {
+  return MotionAdapterConfigToJson(model.unet_config(), model.motion_config());
+}
 
 Status SaveMotionAdapter(UNet3DImpl& model, const std::string& dir) {
-  return SaveSubset(model, dir, /*motion=*/true,
-                    MotionAdapterConfigToJson(model.unet_config(), model.motion_config()));
+  return WriteModelFolder(dir, MotionAdapterTensors(model), MotionAdapterConfig(model));
 }
 
 Status SaveUNet2D(UNet3DImpl& model, const std::string& dir) {
-  return SaveSubset(model, dir, /*motion=*/false, UNetConfigToJson(model.unet_config()));
+  return WriteModelFolder(dir, Subset(model, /*motion=*/false),
+                          UNetConfigToJson(model.unet_config()));
 }
 
 }  // namespace adctl

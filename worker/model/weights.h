@@ -69,6 +69,15 @@ Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
 // The trained motion modules as a diffusers MotionAdapter directory
 // (diffusion_pytorch_model.safetensors + config.json, which records `motion_norm`), fp32.
 Status SaveMotionAdapter(UNet3DImpl& model, const std::string& dir);
+// The same in two halves, for writers that copy the tensors first (worker/train/
+// checkpoint_saver.h): the live motion-module parameters and buffers under their diffusers
+// names (not copied, any dtype) and the config.json text ...
+TensorMap MotionAdapterTensors(UNet3DImpl& model);
+std::string MotionAdapterConfig(UNet3DImpl& model);
+// ... and the folder: `tensors` written fp32 as diffusion_pytorch_model.safetensors, plus
+// config.json; `dir` is created.
+Status WriteModelFolder(const std::string& dir, const TensorMap& tensors,
+                        const std::string& config);
 // The 2D UNet part as a UNet2DConditionModel directory (used to materialise presets).
 Status SaveUNet2D(UNet3DImpl& model, const std::string& dir);
 

@@ -71,8 +71,10 @@ class LogReporter : public Reporter {
       spdlog::info("rank {}: step {} MFU {:.1f} %", rank_, r.step, 100 * r.mfu_ratio);
   }
   void OnCheckpoint(const CheckpointReport& r) override {
-    spdlog::info("rank {}: checkpoint step {} committed: {} ({} bytes, {:.2f} s)", rank_, r.step,
-                 r.path, r.size_bytes, r.save_seconds);
+    spdlog::info(
+        "rank {}: checkpoint step {} committed: {} ({} bytes, written in {:.2f} s, training "
+        "paused {:.2f} s)",
+        rank_, r.step, r.path, r.size_bytes, r.save_seconds, r.stall_seconds);
   }
   void OnEvent(EventLevel level, const std::string& message) override {
     switch (level) {

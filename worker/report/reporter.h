@@ -36,7 +36,8 @@ struct CheckpointReport {
   int64_t step = 0;
   std::string path;  // committed directory
   int64_t size_bytes = 0;
-  double save_seconds = 0;
+  double save_seconds = 0;   // writing, hashing and committing it (in the background)
+  double stall_seconds = 0;  // training time it took (copying the state to host memory)
 };
 
 // The validation samples of one step (worker/sample/validation.h renders them).

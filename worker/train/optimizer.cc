@@ -1,12 +1,14 @@
 #include "worker/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "worker/compat.h"
 
 namespace adctl {
 
-AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const TrainSpec& spec)
+AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const TrainSpec& spec,
+             bool allow_fused)
     : beta1_(spec.beta1), beta2_(spec.beta2), eps_(spec.eps), weight_decay_(spec.weight_decay) {
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : params) {
@@ -15,6 +17,12 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const Tr
     exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
     exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  }
+  const bool same_fp32_device = std::all_of(params_.begin(), params_.end(), [&](const auto& p) {
+    return p.is_cuda() && p.scalar_type() == torch::kFloat && p.device() == params_[0].device();
+  });
+  if (allow_fused && compat::kHasFusedAdamW && !params_.empty() && same_fp32_device) {
+    fused_step_ = torch::zeros({}, params_[0].options());
   }
 }
 
@@ -44,6 +52,13 @@ void AdamW::Step(double lr) {
   ++step_;
   std::vector<torch::Tensor> grads;
   for (auto& p : params_) grads.push_back(p.grad());
+  if (fused_step_.defined()) {
+    fused_step_.fill_(static_cast<double>(step_));
+    if (compat::FusedAdamW(params_, grads, exp_avg_, exp_avg_sq_, fused_step_, lr, beta1_, beta2_,
+                           weight_decay_, eps_)) {
+      return;
+    }
+  }
   // p ← p·(1 − lr·wd); m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
   // p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).     (torch/optim/adamw.py, _multi_tensor)
   if (weight_decay_ != 0) at::_foreach_mul_(params_, 1.0 - lr * weight_decay_);

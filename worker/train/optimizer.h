@@ -1,9 +1,9 @@
 // AdamW over the trainable motion-module parameters, and the learning-rate schedule.
 //
-// The update is PyTorch's torch.optim.AdamW (decoupled weight decay, bias-corrected moments),
-// written with the multi-tensor `_foreach` ops so a step over ~550 tensors is a handful of
-// fused kernels on the GPU. State (exp_avg, exp_avg_sq, step) is saved with checkpoints under
-// the parameters' names. Thread-compatible.
+// The update is PyTorch's torch.optim.AdamW (decoupled weight decay, bias-corrected moments):
+// on a GPU with LibTorch 2.x one fused kernel over all ~550 tensors (at::_fused_adamw_, as
+// `fused=True`), else the multi-tensor `_foreach` formula (a handful of kernels). State (exp_avg,
+// exp_avg_sq, step) is saved with checkpoints under the parameters' names. Thread-compatible.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,7 +19,9 @@ namespace adctl {
 
 class AdamW {
  public:
-  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const TrainSpec& spec);
+  // `allow_fused`: false keeps the `_foreach` formula everywhere (the tests compare the two).
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const TrainSpec& spec,
+        bool allow_fused = true);
 
   // One update with learning rate `lr` from the parameters' .grad.
   void Step(double lr);
@@ -31,6 +33,7 @@ class AdamW {
   torch::Tensor ClipGradNorm(double max_norm);
 
   int64_t step() const { return step_; }
+  bool fused() const { return fused_step_.defined(); }
   TensorMap StateDict() const;  // "exp_avg.<name>", "exp_avg_sq.<name>", "step"
   Status LoadStateDict(const TensorMap& state);
 
@@ -39,6 +42,7 @@ class AdamW {
   std::vector<torch::Tensor> params_, exp_avg_, exp_avg_sq_;
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t step_ = 0;
+  torch::Tensor fused_step_;  // the fused kernel's step counter (defined: the fused path is used)
 };
 
 // diffusers' constant_with_warmup / cosine_with_warmup: lr·step/warmup_steps while warming up

@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "common/checkpoint_dir.h"
@@ -28,7 +30,9 @@
 #include "worker/model/weights.h"
 #include "worker/report/device_sampler.h"
 #include "worker/sample/validation.h"
+#include "worker/train/checkpoint_saver.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/step_graph.h"
 #include "worker/video/ffmpeg_log.h"
 
 #if defined(ADCTL_WITH_CUDA)
@@ -71,6 +75,55 @@ std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes) {
   return "";
 }
 
+// Seconds since this process was started (exec), from /proc; 0 where unreadable.
+double SecondsSinceProcessStart() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text;
+  double up = 0;
+  if (!std::getline(stat, text) || !(uptime >> up)) return 0;
+  // Field 22 (starttime, clock ticks after boot) counts from the field after "(comm)".
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+  }
+  const double started = std::strtod(field.c_str(), nullptr) / sysconf(_SC_CLK_TCK);
+  return std::max(0.0, up - started);
+}
+
+// Where a rank's start-up time goes: phases in order, each the time since the previous mark.
+class StartupTimer {
+ public:
+  StartupTimer() : last_(Clock::now()), before_(SecondsSinceProcessStart()) {}
+  void Mark(const char* phase) {
+    const auto now = Clock::now();
+    phases_.emplace_back(phase, Seconds(last_, now));
+    last_ = now;
+  }
+  // "9.8 s from process start to the end of the first step (exec and libraries 0.9 s, ...)".
+  std::string Summary() const {
+    double total = before_;
+    std::string parts = Format("exec and libraries", before_);
+    for (const auto& [phase, seconds] : phases_) {
+      total += seconds;
+      parts += ", " + Format(phase, seconds);
+    }
+    char head[96];
+    std::snprintf(head, sizeof(head), "start-up: %.1f s from process start to the first step (",
+                  total);
+    return head + parts + ")";
+  }
+
+ private:
+  static std::string Format(const char* phase, double seconds) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "%s %.2f s", phase, seconds);
+    return text;
+  }
+  Clock::time_point last_;
+  double before_;  // exec to the timer's construction
+  std::vector<std::pair<const char*, double>> phases_;
+};
+
 // A failure with the exit code it maps to.
 struct Failure {
   int exit_code;
@@ -103,6 +156,8 @@ class Run {
   std::optional<Failure> Setup() {
     device_ = compat::ComputeDevice();
     compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
+    if (device_.is_cuda()) torch::empty({1}, device_);  // the CUDA context, timed on its own
+    startup_.Mark("CUDA context");
     if (device_.is_cuda() && std::getenv("OMP_NUM_THREADS") == nullptr) {
       // A GPU rank's CPU work is drawing the next batch (on the prefetch thread). With every
       // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
@@ -128,6 +183,7 @@ class Run {
     }
 
     if (auto f = LoadModel()) return f;
+    startup_.Mark("model");
     const auto& unet_cfg = model_->unet_config();
 
     auto dataset =
@@ -179,9 +235,11 @@ class Run {
       validation_ = std::move(*renderer);
     }
 
+    startup_.Mark("data and validation set-up");
     params_ = model_->MotionParameters();
     optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
     if (auto f = Resume()) return f;
+    startup_.Mark("optimizer and resume");
 
     if (o_.world_size > 1) {
       KeyValueStore* store = o_.store;
@@ -207,6 +265,7 @@ class Run {
       for (auto& [name, p] : params_) tensors.push_back(p);
       reducer_ = std::make_unique<GradientReducer>(comm_.get(), tensors, ro);
       reducer_->BroadcastParameters(0);
+      startup_.Mark("rendezvous");
     }
     return std::nullopt;
   }
@@ -307,69 +366,86 @@ class Run {
     return std::nullopt;
   }
 
-  // Checkpoint of the current state (rank 0 writes; the others wait at the barrier). Does
-  // nothing when checkpoints are disabled.
-  std::optional<Failure> SaveCheckpoint() {
+  // Checkpoint of the current state. Rank 0 copies the state to host memory and writes it in
+  // the background (worker/train/checkpoint_saver.h); with `wait` it also waits for the commit
+  // and the other ranks wait for rank 0 at a barrier (the final and the stop checkpoints).
+  // Without, training goes on during the write and the next steps collect its result
+  // (CollectCheckpoint). Does nothing when checkpoints are disabled.
+  std::optional<Failure> SaveCheckpoint(bool wait) {
     if (!spec_.checkpoint.enabled) return std::nullopt;
     if (o_.rank == 0) {
       const auto t0 = Clock::now();
-      // A write that fails because the disk is full or read-only fails the job with that
-      // reason; anything else is a crash the restart policy may retry.
-      const auto save_failed = [this](const std::string& what) {
-        const std::string why = CheckpointDirProblem(checkpoint_root_, last_checkpoint_bytes_);
-        if (why.empty()) return Failure{kExitCrash, what};
-        return Failure{kExitDataError, what + " (" + why + ")"};
-      };
-      auto writer = CheckpointWriter::Begin(checkpoint_root_, step_);
-      if (!writer.ok()) return save_failed(writer.status().ToString());
-      auto st = SaveMotionAdapter(*model_, writer->dir() + "/motion_adapter");
-      if (st.ok())
-        st = WriteTensorFile(writer->dir() + "/optimizer.safetensors", optimizer_->StateDict());
-      if (!st.ok()) return save_failed("checkpoint: " + st.ToString());
-      const auto t1 = Clock::now();
-      // The batches consumed so far, not the one being prefetched.
-      const auto sampler = consumed_sampler_state_;
-      nlohmann::json meta = {
-          {"step", step_},
-          {"samples_seen", samples_seen_},
-          {"sampler_epoch", sampler.epoch},
-          {"sampler_position", sampler.position},
-          {"world_size", o_.world_size},
-          {"global_batch", spec_.train.batch_size * spec_.train.grad_accum * o_.world_size},
-          {"seed", spec_.train.seed},
-          {"job_name", spec_.name},
-      };
-      auto path = writer->Commit(meta);
-      if (!path.ok()) return save_failed(path.status().ToString());
-      last_checkpoint_path_ = *path;
-      const auto t2 = Clock::now();
-      auto retention = ApplyRetention(checkpoint_root_, spec_.checkpoint.keep_last, resumed_from_);
-      if (!retention.ok()) {
-        reporter_.OnEvent(EventLevel::kWarning, "retention: " + retention.status().ToString());
+      // Never two in flight: the previous write ends (and is reported) first.
+      if (auto f = CollectCheckpoint(/*wait=*/true)) return f;
+      saver_->Start(CurrentState());
+      checkpoint_stall_seconds_ = Seconds(t0, Clock::now());
+      if (wait) {
+        if (auto f = CollectCheckpoint(/*wait=*/true)) return f;
       }
-      CheckpointReport report;
-      report.step = step_;
-      report.path = *path;
-      // Sizes from the listing (stat only): re-verifying would hash every file a second time.
-      auto listed = ListCheckpoints(checkpoint_root_);
-      if (listed.ok()) {
-        for (const auto& info : *listed) {
-          if (info.step == step_) report.size_bytes = info.bytes;
-        }
-      }
-      last_checkpoint_bytes_ = report.size_bytes;
-      report.save_seconds = Seconds(t0, Clock::now());
-      char timing[160];
-      std::snprintf(timing, sizeof(timing),
-                    "checkpoint step %lld: %.2f GB in %.1f s (tensors to files %.1f s, sha256 + "
-                    "fsync + rename %.1f s)",
-                    static_cast<long long>(step_), report.size_bytes / 1e9, report.save_seconds,
-                    Seconds(t0, t1), Seconds(t1, t2));
-      reporter_.OnEvent(EventLevel::kInfo, timing);
-      reporter_.OnCheckpoint(report);
     }
-    if (comm_) comm_->Barrier();
+    if (wait && comm_) comm_->Barrier();
     last_checkpoint_step_ = step_;
+    return std::nullopt;
+  }
+
+  // What a checkpoint of now holds (the live tensors; the saver copies them).
+  CheckpointState CurrentState() {
+    // The batches consumed so far, not the one being prefetched.
+    const auto sampler = consumed_sampler_state_;
+    CheckpointState state;
+    state.step = step_;
+    state.motion_adapter = MotionAdapterTensors(*model_);
+    state.motion_adapter_config = MotionAdapterConfig(*model_);
+    state.optimizer = optimizer_->StateDict();
+    state.metadata = {
+        {"step", step_},
+        {"samples_seen", samples_seen_},
+        {"sampler_epoch", sampler.epoch},
+        {"sampler_position", sampler.position},
+        {"world_size", o_.world_size},
+        {"global_batch", spec_.train.batch_size * spec_.train.grad_accum * o_.world_size},
+        {"seed", spec_.train.seed},
+        {"job_name", spec_.name},
+    };
+    return state;
+  }
+
+  // Rank 0: reports the background checkpoint write that finished (with `wait`, waits for the
+  // one in flight); a failed write fails the run. A write that fails because the disk is full
+  // or read-only fails the job with that reason; anything else is a crash the restart policy
+  // may retry.
+  std::optional<Failure> CollectCheckpoint(bool wait) {
+    if (!saver_) return std::nullopt;
+    const std::optional<SavedCheckpoint> saved = wait ? saver_->Wait() : saver_->Poll();
+    if (!saved) return std::nullopt;
+    if (!saved->status.ok()) {
+      const std::string what =
+          "checkpoint step " + std::to_string(saved->step) + ": " + saved->status.ToString();
+      const std::string why = CheckpointDirProblem(checkpoint_root_, last_checkpoint_bytes_);
+      if (why.empty()) return Failure{kExitCrash, what};
+      return Failure{kExitDataError, what + " (" + why + ")"};
+    }
+    if (!saved->retention_error.empty()) {
+      reporter_.OnEvent(EventLevel::kWarning, "retention: " + saved->retention_error);
+    }
+    last_checkpoint_path_ = saved->path;
+    last_checkpoint_bytes_ = saved->size_bytes;
+    CheckpointReport report;
+    report.step = saved->step;
+    report.path = saved->path;
+    report.size_bytes = saved->size_bytes;
+    report.save_seconds = saved->write_seconds + saved->commit_seconds;
+    report.stall_seconds = checkpoint_stall_seconds_;
+    char timing[240];
+    std::snprintf(timing, sizeof(timing),
+                  "checkpoint step %lld: %.2f GB; training paused %.2f s (copy to host %.2f s), "
+                  "written in the background in %.1f s (tensors to files %.1f s, sha256 + fsync + "
+                  "rename %.1f s)",
+                  static_cast<long long>(saved->step), saved->size_bytes / 1e9,
+                  checkpoint_stall_seconds_, saved->copy_seconds, report.save_seconds,
+                  saved->write_seconds, saved->commit_seconds);
+    reporter_.OnEvent(EventLevel::kInfo, timing);
+    reporter_.OnCheckpoint(report);
     return std::nullopt;
   }
 
@@ -387,10 +463,13 @@ class Run {
     return flag.item<float>() > 0;
   }
 
-  // Checkpoints unless the last step already has one, and ends the run as preempted.
+  // Checkpoints unless the last step already has one (then waits for its write), and ends
+  // the run as preempted.
   int StopAfterCheckpoint() {
     if (last_checkpoint_step_ != step_) {
-      if (auto f = SaveCheckpoint()) return Fail(*f);
+      if (auto f = SaveCheckpoint(/*wait=*/true)) return Fail(*f);
+    } else if (auto f = CollectCheckpoint(/*wait=*/true)) {
+      return Fail(*f);
     }
     reporter_.OnEvent(EventLevel::kInfo,
                       "stopped at step " + std::to_string(step_) +
@@ -403,6 +482,29 @@ class Run {
     const auto& t = spec_.train;
     const int64_t accum = t.grad_accum;
     const int64_t global_batch = t.batch_size * accum * o_.world_size;
+    if (spec_.checkpoint.enabled && o_.rank == 0) {
+      saver_ = std::make_unique<CheckpointSaver>(checkpoint_root_, spec_.checkpoint.keep_last,
+                                                 resumed_from_);
+      // Pinning gigabytes of host memory takes a while: done meanwhile, not at the first save.
+      if (device_.is_cuda()) saver_->Reserve(CurrentState());
+    }
+    if (t.cuda_graphs) {
+      if (!device_.is_cuda() || !StepGraph::Available()) {
+        reporter_.OnEvent(EventLevel::kInfo,
+                          "train.cuda_graphs: needs a GPU and LibTorch 2.x; training runs without");
+      } else if (o_.world_size > 1) {
+        reporter_.OnEvent(EventLevel::kInfo,
+                          "train.cuda_graphs: only for one rank; training runs without");
+      } else {
+        // Two eager steps first (cuDNN and cuBLAS choose their algorithms), then the capture.
+        step_graph_ = std::make_unique<StepGraph>(
+            [this](const torch::Tensor& noisy, const torch::Tensor& timesteps,
+                   const torch::Tensor& text, const torch::Tensor& target) {
+              return MicroStep(noisy, timesteps, text, target);
+            },
+            static_cast<int>(2 * accum));
+      }
+    }
     reporter_.OnTrainingStarted(step_, t.max_steps);
     model_->train();
     // Afterwards the stop agreement rides on each step's single all-reduce of its numbers.
@@ -418,11 +520,10 @@ class Run {
         auto batch = NextBatch();
         data_wait += Seconds(d0, Clock::now());
         if (reducer_) reducer_->PrepareForBackward(micro == accum - 1);
-        auto pred = model_->forward(batch.noisy, batch.timesteps, batch.text);
-        auto loss =
-            torch::mse_loss(pred.to(torch::kFloat), batch.target) / static_cast<double>(accum);
-        loss.backward();
-        loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+        const auto loss =
+            step_graph_ ? step_graph_->Run(batch.noisy, batch.timesteps, batch.text, batch.target)
+                        : MicroStep(batch.noisy, batch.timesteps, batch.text, batch.target);
+        loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
       }
       if (reducer_) reducer_->FinishBackward();
       const auto grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
@@ -446,6 +547,18 @@ class Run {
       const auto step_end = Clock::now();
       const double step_seconds = Seconds(last_step_end, step_end);
       last_step_end = step_end;
+      if (auto f = CollectCheckpoint(/*wait=*/false)) return Fail(*f);
+      if (step_graph_ && step_graph_->captured() && !graph_reported_) {
+        reporter_.OnEvent(EventLevel::kInfo,
+                          "train.cuda_graphs: step " + std::to_string(step_) +
+                              " captured as a CUDA graph; later steps replay it");
+        graph_reported_ = true;
+      }
+      if (!startup_reported_) {
+        startup_.Mark("first step");
+        reporter_.OnEvent(EventLevel::kInfo, startup_.Summary());
+        startup_reported_ = true;
+      }
       if (!std::isfinite(loss_value)) {
         return Fail({kExitCrash, "loss is " + std::to_string(loss_value) + " at step " +
                                      std::to_string(step_)});
@@ -474,16 +587,29 @@ class Run {
       }
       if (spec_.checkpoint.every_steps > 0 && step_ % spec_.checkpoint.every_steps == 0 &&
           step_ < t.max_steps && !stop) {
-        if (auto f = SaveCheckpoint()) return Fail(*f);
+        if (auto f = SaveCheckpoint(/*wait=*/false)) return Fail(*f);
         last_step_end = Clock::now();  // the next step's time does not include the save
       }
     }
     if (last_checkpoint_step_ != step_) {
-      if (auto f = SaveCheckpoint()) return Fail(*f);
+      if (auto f = SaveCheckpoint(/*wait=*/true)) return Fail(*f);
+    } else if (auto f = CollectCheckpoint(/*wait=*/true)) {
+      return Fail(*f);
     }
     if (auto f = ExportForInferenceTools()) return Fail(*f);
     reporter_.OnEvent(EventLevel::kInfo, "training finished at step " + std::to_string(step_));
     return kExitOk;
+  }
+
+  // One micro-step's forward, loss and backward; returns the loss (detached), scaled for
+  // accumulation.
+  torch::Tensor MicroStep(const torch::Tensor& noisy, const torch::Tensor& timesteps,
+                          const torch::Tensor& text, const torch::Tensor& target) {
+    auto pred = model_->forward(noisy, timesteps, text);
+    auto loss = torch::mse_loss(pred.to(torch::kFloat), target) /
+                static_cast<double>(spec_.train.grad_accum);
+    loss.backward();
+    return loss.detach();
   }
 
   // Rank 0 renders the validation prompts with the current motion modules; the other ranks
@@ -650,7 +776,13 @@ class Run {
   int64_t step_ = 0;
   int64_t samples_seen_ = 0;
   int64_t last_checkpoint_step_ = -1;
-  int64_t last_checkpoint_bytes_ = 0;  // the size of the last one written, for free-space checks
+  int64_t last_checkpoint_bytes_ = 0;    // the size of the last one written, for free-space checks
+  double checkpoint_stall_seconds_ = 0;  // training time the last checkpoint took
+  StartupTimer startup_;
+  bool startup_reported_ = false;
+  bool graph_reported_ = false;
+  std::unique_ptr<CheckpointSaver> saver_;  // rank 0, when checkpoints are enabled
+  std::unique_ptr<StepGraph> step_graph_;   // train.cuda_graphs on one GPU
 };
 
 }  // namespace

@@ -1,0 +1,139 @@
+#include "worker/train/checkpoint_saver.h"
+
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <utility>
+
+#include "common/checkpoint_dir.h"
+
+namespace adctl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+CheckpointSaver::CheckpointSaver(std::string root, int64_t keep_last, std::string keep_path)
+    : root_(std::move(root)), keep_last_(keep_last), keep_path_(std::move(keep_path)) {}
+
+CheckpointSaver::~CheckpointSaver() { Join(); }
+
+void CheckpointSaver::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+torch::Tensor& CheckpointSaver::Buffer(const std::string& key, const torch::Tensor& live) {
+  torch::Tensor& buffer = buffers_[key];
+  if (!buffer.defined() || buffer.sizes() != live.sizes() ||
+      buffer.scalar_type() != live.scalar_type()) {
+    // Pinned memory makes the copy from the GPU an asynchronous DMA at full bus speed.
+    buffer = torch::empty(
+        live.sizes(),
+        torch::TensorOptions().dtype(live.scalar_type()).pinned_memory(live.is_cuda()));
+  }
+  return buffer;
+}
+
+TensorMap CheckpointSaver::CopyToHost(const TensorMap& live, const std::string& prefix) {
+  TensorMap host;
+  for (const auto& [name, t] : live) {
+    torch::Tensor& buffer = Buffer(prefix + name, t);
+    buffer.copy_(t.detach(), /*non_blocking=*/t.is_cuda());
+    host[name] = buffer;
+  }
+  return host;
+}
+
+void CheckpointSaver::Reserve(const CheckpointState& like) {
+  Join();
+  finished_ = false;
+  thread_ = std::thread([this, adapter = like.motion_adapter, optimizer = like.optimizer] {
+    for (const auto& [name, t] : adapter) Buffer("motion_adapter/" + name, t);
+    for (const auto& [name, t] : optimizer) Buffer("optimizer/" + name, t);
+    finished_ = true;
+  });
+}
+
+void CheckpointSaver::Start(const CheckpointState& state) {
+  Join();  // at most one write in flight; its result stays in results_
+  const auto t0 = Clock::now();
+  host_state_.step = state.step;
+  host_state_.motion_adapter_config = state.motion_adapter_config;
+  host_state_.metadata = state.metadata;
+  host_state_.motion_adapter = CopyToHost(state.motion_adapter, "motion_adapter/");
+  host_state_.optimizer = CopyToHost(state.optimizer, "optimizer/");
+  bool on_gpu = false;
+  for (const auto* map : {&state.motion_adapter, &state.optimizer}) {
+    for (const auto& item : *map) on_gpu = on_gpu || item.second.is_cuda();
+  }
+  if (on_gpu) torch::cuda::synchronize();  // the copies above were queued, not finished
+  const double copy_seconds = Seconds(t0, Clock::now());
+  finished_ = false;
+  thread_ = std::thread([this, copy_seconds] {
+    SavedCheckpoint saved = Write(host_state_);
+    saved.copy_seconds = copy_seconds;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      results_.push_back(std::move(saved));
+    }
+    finished_ = true;
+  });
+}
+
+SavedCheckpoint CheckpointSaver::Write(const CheckpointState& host) {
+  SavedCheckpoint saved;
+  saved.step = host.step;
+  const auto t0 = Clock::now();
+  auto writer = CheckpointWriter::Begin(root_, host.step);
+  if (!writer.ok()) {
+    saved.status = writer.status();
+    return saved;
+  }
+  Status st = WriteModelFolder(writer->dir() + "/motion_adapter", host.motion_adapter,
+                               host.motion_adapter_config);
+  if (st.ok()) st = WriteTensorFile(writer->dir() + "/optimizer.safetensors", host.optimizer);
+  if (!st.ok()) {
+    saved.status = st;
+    return saved;  // the writer's destructor removes the temporary directory
+  }
+  const auto t1 = Clock::now();
+  auto path = writer->Commit(host.metadata);
+  if (!path.ok()) {
+    saved.status = path.status();
+    return saved;
+  }
+  saved.path = *path;
+  saved.write_seconds = Seconds(t0, t1);
+  saved.commit_seconds = Seconds(t1, Clock::now());
+  auto retention = ApplyRetention(root_, keep_last_, keep_path_);
+  if (!retention.ok()) saved.retention_error = retention.status().ToString();
+  // The size from the listing (stat only): verifying would hash every file a second time.
+  auto listed = ListCheckpoints(root_);
+  if (listed.ok()) {
+    for (const CheckpointInfo& info : *listed) {
+      if (info.step == host.step) saved.size_bytes = info.bytes;
+    }
+  }
+  return saved;
+}
+
+std::optional<SavedCheckpoint> CheckpointSaver::Poll() {
+  if (finished_.load()) Join();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (results_.empty()) return std::nullopt;
+  SavedCheckpoint saved = std::move(results_.front());
+  results_.pop_front();
+  return saved;
+}
+
+std::optional<SavedCheckpoint> CheckpointSaver::Wait() {
+  Join();
+  return Poll();
+}
+
+}  // namespace adctl
