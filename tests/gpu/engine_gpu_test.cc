@@ -157,10 +157,12 @@ TEST_F(EngineGpuTest, FusedAdamWMatchesTheForeachFormula) {
     EXPECT_LT(RelativeError(params[0][i].second.detach(), params[1][i].second.detach().cpu()), 1e-6)
         << i;
   }
+  // The fused kernel rounds β2 to fp32 before taking 1 − β2 (0.999f gives 1 − β2 = 0.00099998713,
+  // 1.29e-5 below 0.001): the second moments differ by that much, the first ones by rounding.
   const TensorMap a = fused.StateDict(), b = plain.StateDict();
   for (const auto& [name, t] : a) {
     if (name == "step") continue;
-    EXPECT_LT(RelativeError(t, b.at(name).cpu()), 1e-6) << name;
+    EXPECT_LT(RelativeError(t, b.at(name).cpu()), 2e-5) << name;
   }
 }
 

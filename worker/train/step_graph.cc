@@ -81,7 +81,11 @@ torch::Tensor StepGraph::Run(const torch::Tensor& noisy, const torch::Tensor& ti
   g.target = target.clone();
   torch::cuda::synchronize();
   g.graph.emplace();
-  g.graph->capture_begin();
+  // Thread-local capture: only this thread's unsafe calls (a synchronizing copy, say) break
+  // it. The data loader's thread goes on pinning host memory meanwhile, which a global-mode
+  // capture would count against the graph; the autograd engine's device thread launches its
+  // kernels into the capturing stream as usual.
+  g.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
   g.loss = g.fn(g.noisy, g.timesteps, g.text, g.target).detach();
   g.graph->capture_end();
   g.graph->replay();
