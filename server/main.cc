@@ -162,6 +162,7 @@ int main(int argc, char** argv) {
   std::string tokens_file;
   std::string on_stop = "detach";
   double retain_ended_hours = 0;
+  int64_t metrics_max_points = 100000;
   std::string metrics_auth = "open";
   adctl::PathRoots path_roots;
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
@@ -209,6 +210,11 @@ int main(int argc, char** argv) {
   app.add_option("--retain-ended-hours", retain_ended_hours,
                  "remove the folder of a job that ended this many hours ago (its record and "
                  "metrics stay); 0: keep every folder")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--metrics-max-points", metrics_max_points,
+                 "metric points kept per job and rank: over it, the older half of the series "
+                 "thins out (recent steps keep every point); 0: keep every point")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--on-stop", on_stop,
@@ -446,8 +452,19 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGPIPE, SIG_IGN);
   auto next_retention = std::chrono::steady_clock::now();
+  auto next_thinning = next_retention;
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (metrics_max_points > 0 && std::chrono::steady_clock::now() >= next_thinning) {
+      auto thinned = store->get()->ThinMetrics(std::max<int64_t>(4, metrics_max_points));
+      if (!thinned.ok()) {
+        spdlog::warn("metric history: {}", thinned.status().ToString());
+      } else if (*thinned > 0) {
+        spdlog::info("metric history: thinned {} old point(s) (--metrics-max-points {})", *thinned,
+                     metrics_max_points);
+      }
+      next_thinning = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    }
     if (retain_ended_hours > 0 && std::chrono::steady_clock::now() >= next_retention) {
       const int removed = supervisor.jobs().RemoveEndedJobFolders(retain_ended_hours * 3600);
       if (removed > 0) spdlog::info("retention: removed {} ended job folder(s)", removed);

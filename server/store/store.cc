@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
 namespace adctl {
@@ -770,6 +771,37 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
     }
   }
   return txn.Commit();
+}
+
+Result<int64_t> Store::ThinMetrics(int64_t max_per_rank) {
+  if (max_per_rank < 4) return InvalidArgument("metric history limit must be at least 4 points");
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::tuple<std::string, int, int64_t>> over;  // job, rank, points
+  {
+    Stmt s(db_,
+           "SELECT job_id, rank, COUNT(*) FROM metrics GROUP BY job_id, rank HAVING COUNT(*) > ?");
+    ADCTL_RETURN_IF_ERROR(s.prepare_status());
+    s.Bind(max_per_rank);
+    while (true) {
+      ADCTL_ASSIGN_ROW(row, s.Step());
+      if (!row) break;
+      over.emplace_back(s.Text(0), static_cast<int>(s.Int(1)), s.Int(2));
+    }
+  }
+  int64_t removed = 0;
+  for (const auto& [job_id, rank, points] : over) {
+    // In insertion order (attempts replay steps after a restart): of the older half, the
+    // even-numbered points go; the first one (number 1) stays.
+    Stmt d(
+        db_,
+        "DELETE FROM metrics WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER "
+        "(ORDER BY id) AS n FROM metrics WHERE job_id=? AND rank=?) WHERE n <= ? AND n % 2 = 0)");
+    ADCTL_RETURN_IF_ERROR(d.prepare_status());
+    d.Bind(job_id).Bind(rank).Bind(points / 2);
+    ADCTL_RETURN_IF_ERROR(d.Run());
+    removed += sqlite3_changes(db_);
+  }
+  return removed;
 }
 
 Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, int64_t after_id,

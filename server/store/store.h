@@ -238,6 +238,11 @@ class Store {
   Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id, int64_t after_id,
                                                 std::optional<int> rank = std::nullopt,
                                                 int limit = 0);
+  // Bounds the history: every (job, rank) series over `max_per_rank` points (>= 4) loses every
+  // second point of its older half, so recent steps keep full resolution and older ones thin
+  // out (like a round-robin database) while the first and the newest points stay. Returns the
+  // number of points removed.
+  Result<int64_t> ThinMetrics(int64_t max_per_rank);
 
   // Checkpoints as reported by the ranks.
   Status AddCheckpoint(const CheckpointRecord& checkpoint);

@@ -294,6 +294,48 @@ TEST_F(StoreTest, RanksMetricsCheckpointsKv) {
   EXPECT_FALSE(store_->KvGet("j-1", 2, "nccl_id")->has_value());  // scoped to the attempt
 }
 
+// A long run's history stays bounded: over the limit, the older half of a rank's series thins
+// out, the newest points keep every step, and the first and last points stay.
+TEST_F(StoreTest, ThinningBoundsTheMetricHistoryAndKeepsRecentSteps) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
+  std::vector<MetricRecord> batch;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int step = 1; step <= 1000; ++step) {
+      MetricRecord m;
+      m.job_id = "j-1";
+      m.attempt = 1;
+      m.rank = rank;
+      m.step = step;
+      m.total_steps = 1000;
+      batch.push_back(m);
+    }
+  }
+  ASSERT_TRUE(store_->AddMetrics(batch).ok());
+  EXPECT_FALSE(store_->ThinMetrics(2).ok());  // a limit too small to mean anything
+  auto removed = store_->ThinMetrics(1000);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 0);  // at the limit, nothing goes
+  removed = store_->ThinMetrics(400);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 2 * 250);  // per rank: every second point of the older 500
+  for (int rank = 0; rank < 2; ++rank) {
+    auto points = store_->ListMetrics("j-1", 0, rank);
+    ASSERT_TRUE(points.ok());
+    ASSERT_EQ(points->size(), 750u);
+    EXPECT_EQ(points->front().step, 1);
+    EXPECT_EQ(points->back().step, 1000);
+    EXPECT_EQ((*points)[1].step, 3);
+    for (size_t i = 250; i < points->size(); ++i) {  // steps 501..1000, every one
+      EXPECT_EQ((*points)[i].step, static_cast<int64_t>(i) + 251) << i;
+    }
+  }
+  // Repeated, it keeps the series under the limit.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->ThinMetrics(400).ok());
+  EXPECT_LE(store_->ListMetrics("j-1", 0, 0)->size(), 400u);
+  EXPECT_EQ(store_->ListMetrics("j-1", 0, 0)->back().step, 1000);
+  EXPECT_EQ(store_->GetJob("j-1")->progress.step, 1000);
+}
+
 TEST_F(StoreTest, SurvivesReopen) {
   ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
   ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kPaused, "p").ok());
