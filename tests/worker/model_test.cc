@@ -6,7 +6,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "worker/model/config.h"
 #include "worker/model/flops.h"
+#include "worker/model/unet3d.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -100,6 +102,48 @@ TEST(UNet3DParity, GradientCheckpointingGivesTheSameGradients) {
     EXPECT_LT(r.pred_error, 1e-4);
     EXPECT_LT(r.worst_grad_error, 1e-3) << r.worst_grad;
   }
+}
+
+// Layers built under DeferredInit have the same names, shapes and options as LibTorch's, on
+// the chosen device, and InitializeLinearAndConv gives them LibTorch's distribution; the model
+// then trains like one built the usual way.
+TEST(DeferredInit, BuildsTheSameModelUninitialisedAndInitialisesItLikeLibTorch) {
+  torch::manual_seed(0);
+  UNet3D usual(TinyUNetConfig(), TinyMotionConfig("v2"));
+  UNet3D deferred{nullptr};
+  {
+    DeferredInit scope(torch::kCPU);
+    deferred = UNet3D(TinyUNetConfig(), TinyMotionConfig("v2"));
+  }
+  auto conv = MakeConv2d(torch::nn::Conv2dOptions(6, 4, 3).padding(1));  // after the scope
+  EXPECT_EQ(conv->weight.sizes(), (std::vector<int64_t>{4, 6, 3, 3}));
+  InitializeLinearAndConv(*deferred);
+  const auto a = usual->named_parameters(), b = deferred->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& item : a) {
+    const auto* other = b.find(item.key());
+    ASSERT_NE(other, nullptr) << item.key();
+    EXPECT_EQ(item.value().sizes(), other->sizes()) << item.key();
+    // Same bounds: U(±1/√fan_in) for every weight and bias of a Linear or Conv2d.
+    if (item.value().dim() >= 2) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(other->numel() / other->size(0)));
+      EXPECT_LE(other->abs().max().item<double>(), bound * (1 + 1e-6)) << item.key();
+      EXPECT_GT(other->abs().max().item<double>(), 0.5 * bound) << item.key();
+    }
+  }
+  for (const auto& m : deferred->modules()) {
+    if (auto* l = m->as<torch::nn::LinearImpl>()) {
+      EXPECT_EQ(l->weight.size(1), l->options.in_features());
+      EXPECT_EQ(l->weight.size(0), l->options.out_features());
+    }
+  }
+  deferred->ZeroInitMotionProjOut();
+  auto x = torch::randn({2, 4, 4, 8, 8});
+  auto t = torch::tensor({10, 500});
+  auto text = torch::randn({2, 3, TinyUNetConfig().cross_attention_dim});
+  auto out = deferred->forward(x, t, text);
+  EXPECT_EQ(out.sizes(), x.sizes());
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
 }
 
 TEST(UNet3DParity, PerFrameNormChangesTheOutput) {

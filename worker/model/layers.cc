@@ -14,7 +14,60 @@ torch::Tensor As(const torch::Tensor& t, const torch::Tensor& like) {
   return t.defined() && t.scalar_type() != like.scalar_type() ? t.to(like.scalar_type()) : t;
 }
 
+thread_local const torch::Device* deferred_device = nullptr;
+
 }  // namespace
+
+DeferredInit::DeferredInit(torch::Device device) : previous_(deferred_device), device_(device) {
+  deferred_device = &device_;
+}
+
+DeferredInit::~DeferredInit() { deferred_device = previous_; }
+
+torch::nn::Linear MakeLinear(const torch::nn::LinearOptions& options) {
+  if (deferred_device == nullptr) return torch::nn::Linear(options);
+  // Built at 1×1 (nothing to initialise), then given its real, uninitialised tensors.
+  auto small = options;
+  small.in_features(1).out_features(1);
+  torch::nn::Linear layer(small);
+  torch::NoGradGuard no_grad;
+  const auto on = torch::TensorOptions().device(*deferred_device);
+  layer->weight.set_data(torch::empty({options.out_features(), options.in_features()}, on));
+  if (options.bias()) layer->bias.set_data(torch::empty({options.out_features()}, on));
+  layer->options = options;
+  return layer;
+}
+
+torch::nn::Conv2d MakeConv2d(const torch::nn::Conv2dOptions& options) {
+  if (deferred_device == nullptr) return torch::nn::Conv2d(options);
+  auto small = options;
+  small.in_channels(options.groups()).out_channels(options.groups());
+  torch::nn::Conv2d layer(small);
+  torch::NoGradGuard no_grad;
+  const auto on = torch::TensorOptions().device(*deferred_device);
+  const auto& k = *options.kernel_size();
+  layer->weight.set_data(torch::empty(
+      {options.out_channels(), options.in_channels() / options.groups(), k[0], k[1]}, on));
+  if (options.bias()) layer->bias.set_data(torch::empty({options.out_channels()}, on));
+  layer->options.in_channels(options.in_channels()).out_channels(options.out_channels());
+  return layer;
+}
+
+void InitializeLinearAndConv(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  auto init = [](torch::Tensor& weight, torch::Tensor& bias) {
+    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+    if (bias.defined()) {
+      const double fan_in = static_cast<double>(weight.numel() / weight.size(0));
+      const double bound = 1.0 / std::sqrt(fan_in);
+      bias.uniform_(-bound, bound);
+    }
+  };
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    if (auto* linear = m->as<torch::nn::LinearImpl>()) init(linear->weight, linear->bias);
+    if (auto* conv = m->as<torch::nn::Conv2dImpl>()) init(conv->weight, conv->bias);
+  }
+}
 
 torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return torch::linear(x, As(layer->weight, x), As(layer->bias, x));
@@ -50,8 +103,8 @@ torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool
 }
 
 TimestepEmbeddingImpl::TimestepEmbeddingImpl(int64_t in_dim, int64_t out_dim) {
-  linear_1 = register_module("linear_1", torch::nn::Linear(in_dim, out_dim));
-  linear_2 = register_module("linear_2", torch::nn::Linear(out_dim, out_dim));
+  linear_1 = register_module("linear_1", MakeLinear(torch::nn::LinearOptions(in_dim, out_dim)));
+  linear_2 = register_module("linear_2", MakeLinear(torch::nn::LinearOptions(out_dim, out_dim)));
 }
 
 torch::Tensor TimestepEmbeddingImpl::forward(const torch::Tensor& features) {
@@ -64,16 +117,17 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels,
     return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, c).eps(eps));
   };
   auto conv3 = [](int64_t i, int64_t o) {
-    return torch::nn::Conv2d(torch::nn::Conv2dOptions(i, o, 3).padding(1));
+    return MakeConv2d(torch::nn::Conv2dOptions(i, o, 3).padding(1));
   };
   norm1 = register_module("norm1", gn(in_channels));
   conv1 = register_module("conv1", conv3(in_channels, out_channels));
-  time_emb_proj = register_module("time_emb_proj", torch::nn::Linear(temb_channels, out_channels));
+  time_emb_proj = register_module(
+      "time_emb_proj", MakeLinear(torch::nn::LinearOptions(temb_channels, out_channels)));
   norm2 = register_module("norm2", gn(out_channels));
   conv2 = register_module("conv2", conv3(out_channels, out_channels));
   if (in_channels != out_channels) {
     conv_shortcut = register_module(
-        "conv_shortcut", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, out_channels, 1)));
+        "conv_shortcut", MakeConv2d(torch::nn::Conv2dOptions(in_channels, out_channels, 1)));
   }
 }
 
@@ -94,13 +148,13 @@ AttentionImpl::AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t hea
     : heads(heads) {
   const int64_t inner = heads * head_dim;
   auto nobias = [](int64_t i, int64_t o) {
-    return torch::nn::Linear(torch::nn::LinearOptions(i, o).bias(false));
+    return MakeLinear(torch::nn::LinearOptions(i, o).bias(false));
   };
   to_q = register_module("to_q", nobias(query_dim, inner));
   to_k = register_module("to_k", nobias(context_dim, inner));
   to_v = register_module("to_v", nobias(context_dim, inner));
   to_out = register_module("to_out", torch::nn::ModuleList());
-  out_proj = torch::nn::Linear(inner, query_dim);
+  out_proj = MakeLinear(torch::nn::LinearOptions(inner, query_dim));
   to_out->push_back(out_proj);
   to_out->push_back(torch::nn::Dropout(0.0));
 }
@@ -130,10 +184,10 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult) {
   const int64_t inner = dim * mult;
   net = register_module("net", torch::nn::ModuleList());
   auto geglu = std::make_shared<torch::nn::Module>();
-  proj = geglu->register_module("proj", torch::nn::Linear(dim, inner * 2));
+  proj = geglu->register_module("proj", MakeLinear(torch::nn::LinearOptions(dim, inner * 2)));
   net->push_back(geglu);
   net->push_back(torch::nn::Dropout(0.0));
-  out = torch::nn::Linear(inner, dim);
+  out = MakeLinear(torch::nn::LinearOptions(inner, dim));
   net->push_back(out);
 }
 
@@ -168,13 +222,11 @@ Transformer2DImpl::Transformer2DImpl(int64_t channels, int64_t heads, int64_t co
   norm = register_module(
       "norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
   if (linear_projection) {
-    proj_in = torch::nn::AnyModule(torch::nn::Linear(channels, channels));
-    proj_out = torch::nn::AnyModule(torch::nn::Linear(channels, channels));
+    proj_in = torch::nn::AnyModule(MakeLinear(torch::nn::LinearOptions(channels, channels)));
+    proj_out = torch::nn::AnyModule(MakeLinear(torch::nn::LinearOptions(channels, channels)));
   } else {
-    proj_in =
-        torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
-    proj_out =
-        torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
+    proj_in = torch::nn::AnyModule(MakeConv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
+    proj_out = torch::nn::AnyModule(MakeConv2d(torch::nn::Conv2dOptions(channels, channels, 1)));
   }
   register_module("proj_in", proj_in.ptr());
   transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
@@ -210,15 +262,15 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
 
 Downsample2DImpl::Downsample2DImpl(int64_t channels, int64_t padding) {
   conv = register_module(
-      "conv", torch::nn::Conv2d(
-                  torch::nn::Conv2dOptions(channels, channels, 3).stride(2).padding(padding)));
+      "conv",
+      MakeConv2d(torch::nn::Conv2dOptions(channels, channels, 3).stride(2).padding(padding)));
 }
 
 torch::Tensor Downsample2DImpl::forward(const torch::Tensor& x) { return Conv2dIn(conv, x); }
 
 Upsample2DImpl::Upsample2DImpl(int64_t channels) {
-  conv = register_module(
-      "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)));
+  conv = register_module("conv",
+                         MakeConv2d(torch::nn::Conv2dOptions(channels, channels, 3).padding(1)));
 }
 
 torch::Tensor Upsample2DImpl::forward(const torch::Tensor& x, std::vector<int64_t> size) {

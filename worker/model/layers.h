@@ -13,6 +13,31 @@
 
 namespace adctl {
 
+// Every Linear and Conv2d of the models is built by these. While a DeferredInit lives on the
+// thread, they are allocated on its device and left uninitialised (torch::empty), for
+// InitializeLinearAndConv to fill there or a weight file to overwrite: LibTorch's modules
+// initialise in their constructors, on the CPU, with a serial random generator, which took 7-12
+// s of a rank's start-up for the SD1.5 UNet (bench/results/speed_h200_20261202.md).
+torch::nn::Linear MakeLinear(const torch::nn::LinearOptions& options);
+torch::nn::Conv2d MakeConv2d(const torch::nn::Conv2dOptions& options);
+
+class DeferredInit {
+ public:
+  explicit DeferredInit(torch::Device device);
+  ~DeferredInit();
+  DeferredInit(const DeferredInit&) = delete;
+  DeferredInit& operator=(const DeferredInit&) = delete;
+
+ private:
+  const torch::Device* previous_;
+  torch::Device device_;
+};
+
+// LibTorch's default initialisation of every Linear and Conv2d under `module` (weights
+// kaiming_uniform_ with a = √5, biases U(±1/√fan_in)), where their parameters are, with that
+// device's random generator.
+void InitializeLinearAndConv(torch::nn::Module& module);
+
 // Casting helpers: compute in x's dtype whatever the stored weight dtype.
 torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x);
 torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x);

@@ -46,10 +46,10 @@ MotionModuleImpl::MotionModuleImpl(int64_t channels, int64_t heads, int64_t grou
     : max_len(max_len) {
   norm = register_module(
       "norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(1e-6)));
-  proj_in = register_module("proj_in", torch::nn::Linear(channels, channels));
+  proj_in = register_module("proj_in", MakeLinear(torch::nn::LinearOptions(channels, channels)));
   transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
   transformer_blocks->push_back(TemporalTransformerBlock(channels, heads, max_len));
-  proj_out = register_module("proj_out", torch::nn::Linear(channels, channels));
+  proj_out = register_module("proj_out", MakeLinear(torch::nn::LinearOptions(channels, channels)));
 }
 
 void MotionModuleImpl::ZeroInitProjOut() {

@@ -35,8 +35,7 @@ UNet3DImpl::UNet3DImpl(const UNetConfig& unet, const MotionConfig& motion)
   };
 
   conv_in = register_module(
-      "conv_in",
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(unet.in_channels, ch[0], 3).padding(1)));
+      "conv_in", MakeConv2d(torch::nn::Conv2dOptions(unet.in_channels, ch[0], 3).padding(1)));
   time_embedding = register_module("time_embedding", TimestepEmbedding(ch[0], temb));
 
   down_blocks = register_module("down_blocks", torch::nn::ModuleList());
@@ -104,8 +103,7 @@ UNet3DImpl::UNet3DImpl(const UNetConfig& unet, const MotionConfig& motion)
   conv_norm_out = register_module(
       "conv_norm_out", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, ch[0]).eps(eps)));
   conv_out = register_module(
-      "conv_out",
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(ch[0], unet.out_channels, 3).padding(1)));
+      "conv_out", MakeConv2d(torch::nn::Conv2dOptions(ch[0], unet.out_channels, 3).padding(1)));
 }
 
 torch::Tensor UNet3DImpl::RunMotion(torch::nn::ModuleList list, size_t i, const torch::Tensor& x,
