@@ -146,6 +146,33 @@ TEST(DeferredInit, BuildsTheSameModelUninitialisedAndInitialisesItLikeLibTorch) 
   EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
 }
 
+// Without an adapter the motion modules are new: initialised like LibTorch's layers (the
+// UNet's own layers come from the file, allocated without initialisation), proj_out zero.
+TEST(DeferredInit, NewMotionModulesBesideALoadedUNetAreInitialised) {
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  auto loaded = LoadUNet3D(src, "auto");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_FALSE(loaded->motion_loaded);
+  int checked = 0;
+  for (const auto& item : loaded->model->named_parameters()) {
+    const auto& key = item.key();
+    const auto& t = item.value();
+    if (key.find("motion_modules") == std::string::npos || t.dim() < 2) continue;
+    ASSERT_TRUE(torch::isfinite(t).all().item<bool>()) << key;
+    const double max = t.abs().max().item<double>();
+    if (key.find("proj_out") != std::string::npos) {
+      EXPECT_EQ(max, 0) << key;
+    } else {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(t.numel() / t.size(0)));
+      EXPECT_GT(max, 0.5 * bound) << key;
+      EXPECT_LE(max, bound * (1 + 1e-6)) << key;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
 TEST(UNet3DParity, PerFrameNormChangesTheOutput) {
   ModelSources src;
   src.unet_motion = kFixtures + "/unet_motion";

@@ -327,7 +327,12 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
   }
 
   LoadedUNet out;
-  out.model = UNet3D(*unet_cfg, motion_cfg);
+  {
+    // The files overwrite every Linear and Conv2d (loading is strict), so they are allocated
+    // without LibTorch's CPU initialisation; fresh motion modules are initialised below.
+    DeferredInit deferred(torch::kCPU);
+    out.model = UNet3D(*unet_cfg, motion_cfg);
+  }
   out.motion_format = motion_format;
   auto weights_path = FindModelWeights(unet_dir);
   if (!weights_path.ok()) return weights_path.status();
@@ -360,6 +365,9 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
       ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, *adapter, IsMotionKey, *adapter_path));
       out.motion_loaded = true;
     } else {
+      for (const auto& module : out.model->modules(/*include_self=*/false)) {
+        if (auto* mm = module->as<MotionModuleImpl>()) InitializeLinearAndConv(*mm);
+      }
       out.model->ZeroInitMotionProjOut();
     }
   }
