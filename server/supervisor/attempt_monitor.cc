@@ -516,6 +516,7 @@ void AttemptMonitor::ScheduleLocked() {
   for (const Device& d : options_.devices) names.push_back(d.name);
   std::map<std::string, std::string> busy;
   for (const auto& [id, a] : active_) {
+    if (a.launcher != launcher_) continue;  // a cluster job holds none of this host's devices
     for (const auto& d : a.devices) busy[d] = id;
   }
   std::vector<QueuedJob> queued;
