@@ -35,22 +35,21 @@ EnvList WorkerBaseEnvironment(const std::vector<std::string>& inherited,
     present.insert(key);
     env.emplace_back(key, kv.substr(eq + 1));
   }
-  const std::pair<const char*, const char*> kSafetyDefaults[] = {
-      {"NCCL_NVLS_ENABLE", "0"},
-      {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
-      {"NVSHMEM_DISABLE_NVLS", "1"},
-  };
-  for (const auto& [k, v] : kSafetyDefaults) {
-    if (!present.count(k)) env.emplace_back(k, v);
-  }
   auto add_default = [&](const std::string& key, const std::string& value) {
     if (present.insert(key).second) env.emplace_back(key, value);
   };
+  // The operator's --worker-ifname / --worker-env first, then adctld's own defaults.
   if (!input.worker_ifname.empty()) {
     add_default("NCCL_SOCKET_IFNAME", input.worker_ifname);
     add_default("GLOO_SOCKET_IFNAME", input.worker_ifname);
   }
   for (const auto& [k, v] : input.worker_env) add_default(k, v);
+  const std::pair<const char*, const char*> kSafetyDefaults[] = {
+      {"NCCL_NVLS_ENABLE", "0"},
+      {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
+      {"NVSHMEM_DISABLE_NVLS", "1"},
+  };
+  for (const auto& [k, v] : kSafetyDefaults) add_default(k, v);
   if (input.cluster && IsCpu(input)) {
     // The cluster sizes the task; adctld's host says nothing about the node's cores.
     add_default("OMP_NUM_THREADS", std::to_string(std::max(1, input.cpus_per_task)));

@@ -403,6 +403,7 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
 
 TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {
   auto spec = ParseJobSpec(
+      "model: {preset: tiny}\n"
       "resources: {launcher: slurm, nodes: 2, gpus_per_node: 4, gpus: 8, slurm_partition: gpu,"
       " slurm_extra_args: [--exclusive]}\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -419,14 +420,22 @@ TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {
   ClearLauncherFields(&rank_copy.resources);
   EXPECT_THAT(JobSpecToYaml(rank_copy), Not(HasSubstr("slurm")));
 
-  EXPECT_THAT(ParseJobSpec("resources: {launcher: pbs}\n").status().message(),
-              HasSubstr("resources.launcher: must be one of 'local', 'slurm'"));
-  EXPECT_THAT(ParseJobSpec("resources: {nodes: 2, gpus_per_node: 2, gpus: 3}\n").status().message(),
-              HasSubstr("resources.gpus: must be resources.nodes × resources.gpus_per_node = 4"));
-  EXPECT_THAT(ParseJobSpec("resources: {nodes: 2, gpus: 3}\n").status().message(),
-              HasSubstr("do not split evenly"));
-  EXPECT_THAT(ParseJobSpec("resources: {launcher: local, nodes: 2, gpus: 2}\n").status().message(),
-              HasSubstr("apply to resources.launcher: slurm only"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {launcher: pbs}\n").status().message(),
+      HasSubstr("resources.launcher: must be one of 'local', 'slurm'"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {nodes: 2, gpus_per_node: 2, gpus: 3}\n")
+          .status()
+          .message(),
+      HasSubstr("resources.gpus: must be resources.nodes × resources.gpus_per_node = 4"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {nodes: 2, gpus: 3}\n").status().message(),
+      HasSubstr("do not split evenly"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {launcher: local, nodes: 2, gpus: 2}\n")
+          .status()
+          .message(),
+      HasSubstr("apply to resources.launcher: slurm only"));
 }
 
 TEST(JobSpecTest, DocumentationCoversEveryField) {

@@ -100,6 +100,8 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
                          "ALTER TABLE attempts DROP COLUMN token_sha256; "
                          "ALTER TABLE jobs DROP COLUMN rendezvous_timeout_seconds; "
+                         "ALTER TABLE jobs DROP COLUMN launcher; "
+                         "ALTER TABLE attempts DROP COLUMN cluster_job; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -111,6 +113,8 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   EXPECT_EQ(store_->schema_version(), 8);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
+  EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
+  EXPECT_EQ(store_->GetJob("j-old")->cluster_job, "");
   SampleRecord sample;
   sample.job_id = "j-old";
   sample.step = 2;
