@@ -90,6 +90,26 @@ class SlurmTest : public ::testing::Test {
     coordinator_->Start();
   }
 
+  // On a failure, what Slurm says: the queue, every job, the batch scripts' output, the daemons'
+  // log tails.
+  void TearDown() override {
+    if (!HasFailure() || coordinator_ == nullptr) return;
+    std::printf("--- squeue --states=all\n%s\n--- scontrol show job\n%s\n",
+                coordinator_->Run("squeue", {"--states=all"}).out.c_str(),
+                coordinator_->Run("scontrol", {"show", "job"}).out.c_str());
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(coordinator_->dir() + "/data/jobs", ec)) {
+      if (e.path().filename().string().rfind("slurm-", 0) == 0) {
+        std::printf("--- %s\n%s\n", e.path().c_str(), ReadFile(e.path().string()).c_str());
+      }
+    }
+    for (const char* log : {"/ctld.log", "/d.log"}) {
+      const std::string text = ReadFile(*cluster_dir_ + log);
+      std::printf("--- %s (tail)\n%s\n", log,
+                  text.substr(text.size() > 3000 ? text.size() - 3000 : 0).c_str());
+    }
+  }
+
   // `squeue`/`scontrol` as the test sees the cluster.
   std::string SlurmState(const std::string& cluster_job) {
     CommandResult r = coordinator_->Run("scontrol", {"show", "job", cluster_job});
@@ -163,6 +183,32 @@ TEST_F(SlurmTest, CancelStopsTheRanksThroughScancel) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_NE(state, "RUNNING");
+}
+
+// Pause checkpoints through scancel --signal=TERM; resume is a new batch job from the checkpoint.
+TEST_F(SlurmTest, PauseAndResumeRunAsANewSlurmJob) {
+  Coordinator& c = *coordinator_;
+  const std::string id = c.Submit(c.WriteSpec("pause", SlurmSpec(100000)));
+  auto running = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return CheckpointStep(j) >= 2; }, 90, "a checkpoint");
+  const std::string first_job = ClusterJob(running);
+  EXPECT_EQ(c.Adctl({"pause", id}).exit_code, 0);
+  auto paused = c.WaitState(id, "PAUSED", 60);
+  const int64_t step = CheckpointStep(paused);
+  EXPECT_GE(step, 2);
+  EXPECT_EQ(c.Adctl({"resume", id}).exit_code, 0);
+  auto resumed = c.WaitUntil(
+      id,
+      [&](const nlohmann::json& j) {
+        return j.value("attempt", 0) == 2 && Step(j) > step &&
+               j.value("state", "") == "JOB_STATE_RUNNING";
+      },
+      90, "attempt 2 past the paused step");
+  EXPECT_NE(ClusterJob(resumed), first_job);
+  CommandResult log = c.Adctl({"logs", id, "--rank", "0", "--attempt", "2"});
+  EXPECT_NE(log.out.find("resumed from"), std::string::npos) << log.out << log.err;
+  EXPECT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
+  c.WaitState(id, "CANCELLED", 60);
 }
 
 // A rank killed: the attempt restarts as a new batch job from the checkpoint. Then the whole
