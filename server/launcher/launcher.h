@@ -131,6 +131,13 @@ class Launcher {
   // --- The attempt is over (every rank ended): free what is left of it (a cluster job still
   // finishing its batch script). Idempotent.
   virtual void EndAttempt(const std::string& cluster_job) { (void)cluster_job; }
+  // Reconcile: the cluster job an earlier adctld submitted for this attempt but may not have
+  // recorded (it died between submitting and writing the id); "" when none or not a cluster.
+  virtual std::string FindAttempt(const std::string& job_id, int attempt) {
+    (void)job_id;
+    (void)attempt;
+    return "";
+  }
   // What the cluster says about the attempt's batch job, cached for a second or so.
   virtual ClusterJobInfo Describe(const std::string& cluster_job) {
     (void)cluster_job;

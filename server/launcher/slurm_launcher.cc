@@ -162,12 +162,16 @@ bool IsActiveState(const std::string& state) {
 
 bool ClusterJobInfo::active() const { return IsActiveState(state); }
 
+std::string SlurmJobName(const std::string& job_id, int attempt) {
+  return "adctl-" + job_id + "-a" + std::to_string(attempt);
+}
+
 std::vector<std::string> SlurmBatchArgs(const AttemptLaunch& launch, const SlurmOptions& options) {
   const ClusterResources& c = launch.cluster;
   const JobLayout layout(launch.job_dir);
   std::vector<std::string> args = {
       "--parsable",
-      "--job-name=adctl-" + launch.job_id + "-a" + std::to_string(launch.attempt),
+      "--job-name=" + SlurmJobName(launch.job_id, launch.attempt),
       "--nodes=" + std::to_string(c.nodes),
       "--ntasks-per-node=" + std::to_string(c.tasks_per_node),
       "--no-requeue",  // adctld decides restarts (a new attempt from the newest checkpoint)
@@ -413,6 +417,16 @@ ClusterJobInfo SlurmLauncher::Describe(const std::string& cluster_job) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = states_.find(cluster_job);
   return it == states_.end() ? ClusterJobInfo{} : it->second;
+}
+
+std::string SlurmLauncher::FindAttempt(const std::string& job_id, int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto out = Run({Tool("squeue"), "-h", "--name=" + SlurmJobName(job_id, attempt), "-o", "%i"});
+  if (!out.ok()) return "";
+  std::istringstream lines(out.value());
+  std::string id;
+  std::getline(lines, id);
+  return Trim(id);
 }
 
 }  // namespace adctl

@@ -45,6 +45,8 @@ struct SlurmOptions {
   double poll_seconds = 1.0;
 };
 
+// The batch job's name: "adctl-<job id>-a<attempt>" (how a restarted adctld finds it).
+std::string SlurmJobName(const std::string& job_id, int attempt);
 // Renders the batch script of an attempt (a pure function, tested).
 std::string SlurmBatchScript(const AttemptLaunch& launch, const SlurmOptions& options,
                              const std::string& shepherd);
@@ -68,6 +70,7 @@ class SlurmLauncher : public Launcher {
   Result<ExitStatus> ReadExit(const std::string& exit_path) override;
   void EndAttempt(const std::string& cluster_job) override;
   ClusterJobInfo Describe(const std::string& cluster_job) override;
+  std::string FindAttempt(const std::string& job_id, int attempt) override;
 
   // Whether the Slurm commands answer (`squeue --version`): adctld checks it at start.
   Status Check();

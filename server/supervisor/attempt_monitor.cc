@@ -404,6 +404,10 @@ void AttemptMonitor::WatchForHangLocked(Attempt* a, double now) {
 
 void AttemptMonitor::UpdateAttemptLocked(Attempt* a, double now) {
   for (size_t i = 0; i < a->ranks.size(); ++i) ObserveRankLocked(a, i, now);
+  if (!a->cluster_job.empty() && a->launcher->Describe(a->cluster_job).state == "PENDING") {
+    // Queued in the cluster: the rendezvous and hang clocks start when the batch job does.
+    a->launched_at = now;
+  }
   WatchForHangLocked(a, now);
   if (a->teardown && !a->killed && now >= a->kill_deadline) {
     bool any_alive = false;
@@ -632,6 +636,16 @@ Status AttemptMonitor::Reconcile() {
           "attempt " + std::to_string(job.attempt) + " was interrupted by an adctld restart";
       a.failure_class = ExitClass::kRetryable;
       StartTeardownLocked(&a, 0, now);
+      // ... nor can a batch job it submitted, recorded or not: cancelled, so that the next
+      // attempt is the only one.
+      const std::string orphan =
+          a.cluster_job.empty() ? a.launcher->FindAttempt(job.id, job.attempt) : a.cluster_job;
+      if (!orphan.empty()) {
+        a.launcher->EndAttempt(orphan);
+        recorder_->AddEvent(job.id, job.attempt, "reconcile", "warning",
+                            "cancelled Slurm job " + orphan + " of the interrupted attempt " +
+                                std::to_string(job.attempt));
+      }
     }
     if (job.state == JobState::kCancelling || job.state == JobState::kPausing) {
       StartTeardownLocked(&a, job.grace_seconds, now);

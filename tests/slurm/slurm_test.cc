@@ -185,6 +185,36 @@ TEST_F(SlurmTest, CancelStopsTheRanksThroughScancel) {
   EXPECT_NE(state, "RUNNING");
 }
 
+// A batch job that waits in Slurm's queue is not a rank that fails to register: the
+// rendezvous timeout counts from its start, and `adctl describe` says why it waits.
+TEST_F(SlurmTest, QueuedInSlurmIsNotARendezvousTimeout) {
+  Coordinator& c = *coordinator_;
+  const std::string busy = c.Submit(c.WriteSpec("busy", SlurmSpec(100000)));
+  c.WaitUntil(
+      busy, [](const nlohmann::json& j) { return Step(j) >= 1; }, 90, "the first job running");
+  std::string spec = SlurmSpec(4);
+  spec.replace(spec.find("grace_seconds"), 0, "rendezvous_timeout_seconds: 5, ");
+  const std::string queued = c.Submit(c.WriteSpec("queued", spec));
+  auto pending = c.WaitUntil(
+      queued,
+      [](const nlohmann::json& j) {
+        return j.contains("cluster_job") && j["cluster_job"].value("state", "") == "PENDING";
+      },
+      30, "the second batch job pending");
+  // Both CPUs are the first job's: Slurm says so, and adctld waits past the 5 s timeout.
+  EXPECT_NE(pending["cluster_job"].value("reason", ""), "") << pending.dump(2);
+  CommandResult described = c.Adctl({"describe", queued});
+  EXPECT_NE(described.out.find("PENDING"), std::string::npos) << described.out;
+  std::this_thread::sleep_for(std::chrono::seconds(7));
+  auto still = c.Describe(queued);
+  EXPECT_EQ(still.value("attempt", 0), 1) << still.dump(2);
+  EXPECT_EQ(still.value("state", ""), "JOB_STATE_STARTING") << still.dump(2);
+  EXPECT_EQ(c.Adctl({"cancel", busy}).exit_code, 0);
+  CommandResult w = c.Adctl({"wait", queued, "--timeout", "90"});
+  EXPECT_EQ(w.exit_code, 0) << c.Describe(queued).dump(2);
+  EXPECT_EQ(c.Describe(queued).value("restarts", -1), 0);
+}
+
 // Pause checkpoints through scancel --signal=TERM; resume is a new batch job from the checkpoint.
 TEST_F(SlurmTest, PauseAndResumeRunAsANewSlurmJob) {
   Coordinator& c = *coordinator_;
