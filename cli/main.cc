@@ -339,6 +339,14 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
             << job.max_restarts() << "\n"
             << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago\n"
             << "Directory:  " << job.job_dir() << "\n";
+  if (job.launcher() == "slurm") {
+    const v1::ClusterJob& cj = job.cluster_job();
+    std::cout << "Slurm job:  " << (cj.id().empty() ? "none yet" : cj.id());
+    if (!cj.state().empty()) std::cout << "  " << cj.state();
+    if (!cj.nodes().empty()) std::cout << "  nodes " << cj.nodes();
+    if (!cj.reason().empty() && cj.reason() != "None") std::cout << "  reason " << cj.reason();
+    std::cout << "\n";
+  }
   if (job.ranks_size() > 0) {
     Table t({"RANK", "DEVICE", "PID", "ALIVE", "EXIT", "HEARTBEAT"});
     for (const auto& r : job.ranks()) {

@@ -159,6 +159,33 @@ void ForEachField(Spec& s, F&& f) {
   f("resources.rendezvous_timeout_seconds", s.resources.rendezvous_timeout_seconds);
   f("resources.hang_timeout_seconds", s.resources.hang_timeout_seconds);
   f("resources.peak_tflops", s.resources.peak_tflops);
+  f("resources.launcher", s.resources.launcher);
+  f("resources.nodes", s.resources.nodes);
+  f("resources.gpus_per_node", s.resources.gpus_per_node);
+  f("resources.slurm_account", s.resources.slurm_account);
+  f("resources.slurm_partition", s.resources.slurm_partition);
+  f("resources.slurm_qos", s.resources.slurm_qos);
+  f("resources.slurm_time_limit", s.resources.slurm_time_limit);
+  f("resources.slurm_extra_args", s.resources.slurm_extra_args);
+}
+
+// The launcher fields (ResourceSpec): written only when they differ from a default spec's.
+bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
+  static const std::set<std::string> kLauncherFields = {
+      "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
+      "resources.slurm_account",    "resources.slurm_partition", "resources.slurm_qos",
+      "resources.slurm_time_limit", "resources.slurm_extra_args"};
+  if (!kLauncherFields.count(path)) return false;
+  const ResourceSpec defaults;
+  const ResourceSpec& r = spec.resources;
+  if (path == "resources.launcher") return r.launcher == defaults.launcher;
+  if (path == "resources.nodes") return r.nodes == defaults.nodes;
+  if (path == "resources.gpus_per_node") return r.gpus_per_node == defaults.gpus_per_node;
+  if (path == "resources.slurm_account") return r.slurm_account.empty();
+  if (path == "resources.slurm_partition") return r.slurm_partition.empty();
+  if (path == "resources.slurm_qos") return r.slurm_qos.empty();
+  if (path == "resources.slurm_time_limit") return r.slurm_time_limit.empty();
+  return r.slurm_extra_args.empty();
 }
 
 constexpr const char* kBetas = "train.betas";
@@ -870,7 +897,41 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(
       Within("resources.hang_timeout_seconds", r.hang_timeout_seconds, 0.0, 7 * kDay));
   ADCTL_RETURN_IF_ERROR(NonNegative("resources.peak_tflops", r.peak_tflops));
+  if (!r.launcher.empty()) {
+    ADCTL_RETURN_IF_ERROR(OneOf("resources.launcher", r.launcher, {"local", "slurm"}));
+  }
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.nodes", r.nodes, 1, 4096));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.gpus_per_node", r.gpus_per_node, 0, 64));
+  const bool slurm_fields = r.nodes != 1 || r.gpus_per_node != 0 || !r.slurm_account.empty() ||
+                            !r.slurm_partition.empty() || !r.slurm_qos.empty() ||
+                            !r.slurm_time_limit.empty() || !r.slurm_extra_args.empty();
+  if (r.launcher == "local" && slurm_fields) {
+    return InvalidArgument(
+        "resources: nodes, gpus_per_node and slurm_* apply to resources.launcher: slurm only");
+  }
+  if (r.gpus_per_node > 0 && r.gpus != r.nodes * r.gpus_per_node) {
+    return InvalidArgument("resources.gpus: must be resources.nodes × resources.gpus_per_node = " +
+                           std::to_string(r.nodes * r.gpus_per_node) + ", got " +
+                           std::to_string(r.gpus));
+  }
+  if (r.gpus % r.nodes != 0) {
+    return InvalidArgument("resources.gpus: " + std::to_string(r.gpus) +
+                           " ranks do not split evenly over resources.nodes " +
+                           std::to_string(r.nodes));
+  }
   return Status::Ok();
+}
+
+void ClearLauncherFields(ResourceSpec* resources) {
+  const ResourceSpec defaults;
+  resources->launcher = defaults.launcher;
+  resources->nodes = defaults.nodes;
+  resources->gpus_per_node = defaults.gpus_per_node;
+  resources->slurm_account.clear();
+  resources->slurm_partition.clear();
+  resources->slurm_qos.clear();
+  resources->slurm_time_limit.clear();
+  resources->slurm_extra_args.clear();
 }
 
 std::string JobSpecToYaml(const JobSpec& spec) {
@@ -879,6 +940,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   ForEachField(spec, [&](const char* path_c, const auto& value) {
     const std::string path = path_c;
     if (path == "train.beta2") return;  // emitted with beta1 as "betas"
+    if (IsUnsetLauncherField(path, spec)) return;
     size_t dot = path.find('.');
     if (dot == std::string::npos) {
       out += path + ": " + EmitValue(value) + "\n";

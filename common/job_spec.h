@@ -207,7 +207,23 @@ struct ResourceSpec {
   double rendezvous_timeout_seconds = 120;
   double hang_timeout_seconds = 0;  // 0: off; no progress for this long fails the attempt
   double peak_tflops = 0;           // dense bf16 peak of one GPU for MFU; 0: by the GPU's name
+  // Where the ranks run (docs/job-spec.md, "resources"): "" = adctld's default launcher,
+  // "local" = processes on adctld's host, "slurm" = one Slurm batch job per attempt.
+  std::string launcher;
+  int64_t nodes = 1;          // slurm: nodes of the batch job; ranks per node = gpus / nodes
+  int64_t gpus_per_node = 0;  // slurm: 0 = gpus / nodes; else gpus must be nodes × this
+  // slurm: sbatch's --account, --partition, --qos, --time ("" = adctld's --slurm-* default)
+  std::string slurm_account;
+  std::string slurm_partition;
+  std::string slurm_qos;
+  std::string slurm_time_limit;
+  std::vector<std::string> slurm_extra_args;  // more sbatch flags, after adctld's own
 };
+
+// The launcher fields above are the coordinator's business: the canonical YAML writes them only
+// when set, and a rank's copy of the spec has them cleared (so a worker built before they
+// existed reads it).
+void ClearLauncherFields(ResourceSpec* resources);
 
 struct JobSpec {
   std::string name = "job";

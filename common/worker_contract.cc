@@ -1,5 +1,6 @@
 #include "common/worker_contract.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -53,7 +54,8 @@ enum class Flag {
   kWorldSize,
   kLocalRank,
   kLocalWorldSize,
-  kCoordinator
+  kCoordinator,
+  kRanksFrom
 };
 const std::map<std::string, Flag>& FlagNames() {
   static const std::map<std::string, Flag> kNames = {
@@ -66,6 +68,7 @@ const std::map<std::string, Flag>& FlagNames() {
       {"--local-rank", Flag::kLocalRank},
       {"--local-world-size", Flag::kLocalWorldSize},
       {"--coordinator", Flag::kCoordinator},
+      {"--ranks-from", Flag::kRanksFrom},
   };
   return kNames;
 }
@@ -79,22 +82,58 @@ Result<int> ParseInt(const std::string& flag, const std::string& text) {
   return static_cast<int>(value);
 }
 
+// The Slurm task variables a rank reads with `--ranks-from slurm` (srun sets them per task).
+Status RanksFromSlurm(const std::function<const char*(const char*)>& getenv, WorkerAssignment* a) {
+  auto read = [&](const char* name, bool required, int* out) -> Status {
+    const char* value = getenv(name);
+    if (value == nullptr || *value == '\0') {
+      if (!required) return Status::Ok();
+      return InvalidArgument(std::string("--ranks-from slurm: ") + name +
+                             " is not set (run the rank as a task of `srun`)");
+    }
+    auto parsed = ParseInt(name, value);
+    if (!parsed.ok()) return parsed.status();
+    *out = *parsed;
+    return Status::Ok();
+  };
+  ADCTL_RETURN_IF_ERROR(read("SLURM_PROCID", true, &a->rank));
+  ADCTL_RETURN_IF_ERROR(read("SLURM_NTASKS", true, &a->world_size));
+  ADCTL_RETURN_IF_ERROR(read("SLURM_LOCALID", true, &a->local_rank));
+  ADCTL_RETURN_IF_ERROR(read("SLURM_NTASKS_PER_NODE", false, &a->local_world_size));
+  if (a->local_world_size < 0) {
+    int nodes = -1;
+    ADCTL_RETURN_IF_ERROR(read("SLURM_NNODES", false, &nodes));
+    if (nodes > 0 && a->world_size % nodes == 0) a->local_world_size = a->world_size / nodes;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<std::string> WorkerAssignment::ToArgv() const {
   std::vector<std::string> argv = {"--spec", spec_path};
   if (!job_dir.empty()) argv.insert(argv.end(), {"--job-dir", job_dir});
-  argv.insert(argv.end(), {"--job-id", job_id, "--attempt", std::to_string(attempt), "--rank",
-                           std::to_string(rank), "--world-size", std::to_string(world_size)});
-  if (local_rank >= 0) argv.insert(argv.end(), {"--local-rank", std::to_string(local_rank)});
-  if (local_world_size >= 0) {
-    argv.insert(argv.end(), {"--local-world-size", std::to_string(local_world_size)});
+  argv.insert(argv.end(), {"--job-id", job_id, "--attempt", std::to_string(attempt)});
+  if (!ranks_from.empty()) {
+    argv.insert(argv.end(), {"--ranks-from", ranks_from});
+  } else {
+    argv.insert(argv.end(),
+                {"--rank", std::to_string(rank), "--world-size", std::to_string(world_size)});
+    if (local_rank >= 0) argv.insert(argv.end(), {"--local-rank", std::to_string(local_rank)});
+    if (local_world_size >= 0) {
+      argv.insert(argv.end(), {"--local-world-size", std::to_string(local_world_size)});
+    }
   }
   if (!coordinator.empty()) argv.insert(argv.end(), {"--coordinator", coordinator});
   return argv;
 }
 
 Result<WorkerAssignment> WorkerAssignment::FromArgs(const std::vector<std::string>& args) {
+  return FromArgs(args, [](const char* name) -> const char* { return std::getenv(name); });
+}
+
+Result<WorkerAssignment> WorkerAssignment::FromArgs(
+    const std::vector<std::string>& args, const std::function<const char*(const char*)>& getenv) {
   // `--name=value` is the same as `--name value`.
   std::vector<std::string> words;
   for (const std::string& arg : args) {
@@ -126,6 +165,9 @@ Result<WorkerAssignment> WorkerAssignment::FromArgs(const std::vector<std::strin
       case Flag::kCoordinator:
         a.coordinator = value;
         break;
+      case Flag::kRanksFrom:
+        a.ranks_from = value;
+        break;
       case Flag::kAttempt:
         number = &a.attempt;
         break;
@@ -147,6 +189,17 @@ Result<WorkerAssignment> WorkerAssignment::FromArgs(const std::vector<std::strin
       if (!parsed.ok()) return parsed.status();
       *number = *parsed;
     }
+  }
+  if (!a.ranks_from.empty()) {
+    if (a.ranks_from != kRanksFromSlurm) {
+      return InvalidArgument("--ranks-from: unknown source '" + a.ranks_from + "' (known: slurm)");
+    }
+    for (const char* flag : {"--rank", "--world-size", "--local-rank", "--local-world-size"}) {
+      if (std::find(words.begin(), words.end(), flag) != words.end()) {
+        return InvalidArgument(std::string(flag) + " and --ranks-from slurm exclude each other");
+      }
+    }
+    ADCTL_RETURN_IF_ERROR(RanksFromSlurm(getenv, &a));
   }
   ADCTL_RETURN_IF_ERROR(a.Resolve());
   return a;
@@ -171,7 +224,7 @@ bool WorkerAssignment::operator==(const WorkerAssignment& o) const {
   return spec_path == o.spec_path && job_dir == o.job_dir && job_id == o.job_id &&
          attempt == o.attempt && rank == o.rank && world_size == o.world_size &&
          local_rank == o.local_rank && local_world_size == o.local_world_size &&
-         coordinator == o.coordinator;
+         coordinator == o.coordinator && ranks_from == o.ranks_from;
 }
 
 }  // namespace adctl

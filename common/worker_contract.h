@@ -7,6 +7,7 @@
 // comes through WorkerAssignment. The spec reaches the rank as a file (JobLayout::spec()).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ std::string DescribeExitCode(int code);
 
 // The environment variable that carries the per-job token (a secret: never on the command line).
 constexpr char kWorkerTokenEnv[] = "ADCTL_TOKEN";
+// `--ranks-from` values.
+constexpr char kRanksFromSlurm[] = "slurm";
 
 // What one rank is asked to do: `adworker train <ToArgv()>`. Standalone runs leave coordinator
 // empty (rendezvous through files in the job directory) and may omit everything but spec_path.
@@ -62,12 +65,20 @@ struct WorkerAssignment {
   int local_rank = -1;        // rank on this host; -1: same as rank
   int local_world_size = -1;  // ranks on this host; -1: same as world_size
   std::string coordinator;    // adctld's WorkerService host:port; "": standalone
+  // "" : the rank flags above are given. "slurm": rank, world size and local rank come from
+  // the task's environment when the rank starts (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+  // SLURM_NTASKS_PER_NODE); the rank flags must then be absent. The Slurm launcher writes one
+  // command line for all tasks of an `srun`.
+  std::string ranks_from;
 
   // The flags after `adworker train`, in a fixed order.
   std::vector<std::string> ToArgv() const;
   // Parses exactly the flags ToArgv writes (`--name value` or `--name=value`), fills the defaults
   // above (job_dir from spec_path) and checks the ranks. Anything else is an error.
   static Result<WorkerAssignment> FromArgs(const std::vector<std::string>& args);
+  // The same, with the environment read through `getenv` (a test passes a map's lookup).
+  static Result<WorkerAssignment> FromArgs(const std::vector<std::string>& args,
+                                           const std::function<const char*(const char*)>& getenv);
   // Fills the defaults and checks the ranks (FromArgs calls it; adworker's own parser too).
   Status Resolve();
 

@@ -6,6 +6,7 @@
 // (SIGTERM/SIGINT) leaves running jobs running: a restarted adctld re-attaches them.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -26,11 +27,14 @@
 #include <tuple>
 
 #include "common/logging.h"
+#include "server/config/adctld_config.h"
 #include "server/grpc/job_service.h"
 #include "server/grpc/reflection_service.h"
 #include "server/grpc/worker_service.h"
 #include "server/http/http_server.h"
 #include "server/launcher/launcher.h"
+#include "server/launcher/shepherd.h"
+#include "server/launcher/slurm_launcher.h"
 #include "server/metrics/job_metrics.h"
 #include "server/scheduler/device_inventory.h"
 #include "server/store/store.h"
@@ -151,6 +155,10 @@ int PickFreePort() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A Slurm task's rank shepherd (the slurm launcher's batch script runs it on the nodes).
+  if (argc > 1 && std::string(argv[1]) == "rank-shepherd") {
+    return adctl::RankShepherdMain(argc, argv);
+  }
   CLI::App app{
       "adctld — the adctl coordinator: queues AnimateDiff training jobs, runs their "
       "adworker ranks, keeps state in SQLite"};
@@ -170,6 +178,16 @@ int main(int argc, char** argv) {
   std::string log_level;
   int cpu_slots = 0;
   double restart_backoff = 1.0;
+  std::string default_launcher = "local";
+  adctl::SlurmOptions slurm;
+  bool slurm_cpu = false;
+  std::string worker_ifname;
+  std::vector<std::string> worker_env;
+  app.config_formatter(std::make_shared<adctl::YamlConfig>());
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error
+  app.set_config("--config", "",
+                 "adctld.yaml: the flags below as YAML keys (`slurm: {partition: gpu}` is "
+                 "--slurm-partition gpu); command-line flags override it");
   app.add_option("--listen", listen, "gRPC address host:port (port 0: a free port)")
       ->capture_default_str();
   app.add_option("--http", http,
@@ -182,9 +200,34 @@ int main(int argc, char** argv) {
                  "run ranks on N CPU slots instead of GPUs (default: the GPUs NVML finds, else 2)");
   app.add_option("--worker-binary", worker_binary,
                  "adworker to launch (default: next to adctld, then PATH)");
-  app.add_option("--advertise", advertise,
+  app.add_option("--advertise,--worker-advertise-address", advertise,
                  "address ranks dial to reach this adctld (default: the --listen address, "
-                 "0.0.0.0 replaced by 127.0.0.1)");
+                 "0.0.0.0 replaced by 127.0.0.1); Slurm ranks on other nodes need a routable one");
+  app.add_option("--launcher", default_launcher,
+                 "where ranks of a job whose spec names no resources.launcher run: local | slurm")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str();
+  app.add_flag("--slurm", slurm.enabled,
+               "enable the slurm launcher (each attempt one Slurm batch job; README \"Scaling "
+               "out\")");
+  app.add_option("--slurm-account", slurm.account, "default sbatch --account");
+  app.add_option("--slurm-partition", slurm.partition, "default sbatch --partition");
+  app.add_option("--slurm-qos", slurm.qos, "default sbatch --qos");
+  app.add_option("--slurm-time-limit", slurm.time_limit, "default sbatch --time");
+  app.add_option("--slurm-extra-arg", slurm.extra_args,
+                 "one more sbatch flag for every slurm job (repeatable)")
+      ->allow_extra_args(false);
+  app.add_flag("--slurm-cpu", slurm_cpu,
+               "Slurm ranks are CPU tasks (Gloo) instead of one GPU each (NCCL)");
+  app.add_option("--slurm-cpus-per-task", slurm.cpus_per_task,
+                 "sbatch/srun --cpus-per-task of CPU ranks (0: Slurm's default)");
+  app.add_option("--slurm-bin-dir", slurm.bin_dir,
+                 "folder of sbatch, squeue, scancel, scontrol (default: PATH)");
+  app.add_option("--worker-ifname", worker_ifname,
+                 "network interface ranks talk over: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME");
+  app.add_option("--worker-env", worker_env,
+                 "K=V added to every rank's environment unless adctld's own sets K (repeatable)")
+      ->allow_extra_args(false);
   app.add_option("--tokens-file", tokens_file,
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
@@ -231,6 +274,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   adctl::SetupLogging("adctld", log_level);
+  std::vector<std::pair<std::string, std::string>> worker_env_pairs;
+  for (const std::string& kv : worker_env) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      spdlog::error("--worker-env {}: expected K=V", kv);
+      return 2;
+    }
+    worker_env_pairs.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  if (default_launcher == "slurm") slurm.enabled = true;
+  slurm.gpus = !slurm_cpu;
   // Orphans of our ranks (e.g. a worker's own children after it died) are re-parented to us
   // and reaped by the supervisor, instead of lingering as zombies under a non-reaping init.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -346,6 +400,22 @@ int main(int argc, char** argv) {
 
   adctl::JobMetrics metrics(store->get());
   adctl::LocalLauncher launcher;
+  std::unique_ptr<adctl::SlurmLauncher> slurm_launcher;
+  if (slurm.enabled) {
+    // The batch script runs this very binary as each task's shepherd (`adctld rank-shepherd`),
+    // so it must be at the same path on the nodes (a shared install, like adworker).
+    char self[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    slurm.shepherd = n > 0 ? std::string(self, static_cast<size_t>(n)) : argv[0];
+    slurm_launcher = std::make_unique<adctl::SlurmLauncher>(slurm);
+    adctl::Status answer = slurm_launcher->Check();
+    if (!answer.ok()) {
+      spdlog::error("--slurm: {} (is slurmctld up, and SLURM_CONF set?)", answer.message());
+      return 2;
+    }
+    spdlog::info("slurm launcher on (partition {}, {} ranks)",
+                 slurm.partition.empty() ? "default" : slurm.partition, slurm.gpus ? "GPU" : "CPU");
+  }
   adctl::SupervisorOptions options;
   options.data_dir = data_dir;
   options.worker_binary = worker.ok()             ? worker.value()
@@ -356,7 +426,12 @@ int main(int argc, char** argv) {
   options.restart_backoff_seconds = restart_backoff;
   options.paths = path_roots;
   if (!tls_cert.empty()) options.tls_ca = tls_ca.empty() ? tls_cert : tls_ca;
-  adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics);
+  options.default_launcher = default_launcher;
+  options.slurm = slurm;
+  options.worker_ifname = worker_ifname;
+  options.worker_env = worker_env_pairs;
+  adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics, adctl::SystemClock(),
+                               slurm_launcher.get());
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });
 
   adctl::JobQueries queries(store->get(), &supervisor);

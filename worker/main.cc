@@ -302,6 +302,8 @@ int main(int argc, char** argv) {
   SetupLogging("adworker", log_level);
   std::signal(SIGTERM, OnSigterm);
   std::signal(SIGINT, OnSigterm);
+  std::signal(SIGUSR1,
+              OnSigterm);  // Slurm: `--signal=USR1@grace` before a time limit or preemption
 
   if (*train) {
     ta.assignment_args = train->remaining();

@@ -45,6 +45,8 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   }
   p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
   p->set_updated_at(job.progress.updated_at);
+  out->set_launcher(job.launcher);
+  if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }
 
 void RanksToProto(const std::vector<RankRecord>& ranks, const std::map<int, bool>& alive,
@@ -112,6 +114,12 @@ MetricRecord MetricFromProto(const v1::MetricPoint& p) {
 void JobViewToProto(const JobView& view, v1::Job* out) {
   JobToProto(view.job, view.wait_reason, out);
   if (!view.ranks.empty()) RanksToProto(view.ranks, view.rank_alive, out);
+  if (!view.job.cluster_job.empty()) {
+    v1::ClusterJob* c = out->mutable_cluster_job();
+    c->set_state(view.cluster.state);
+    c->set_nodes(view.cluster.nodes);
+    c->set_reason(view.cluster.reason);
+  }
 }
 
 void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {

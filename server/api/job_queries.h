@@ -20,6 +20,7 @@ struct JobView {
   std::string wait_reason;         // why a QUEUED job waits ("" otherwise)
   std::vector<RankRecord> ranks;   // the current attempt's ranks (with_ranks only)
   std::map<int, bool> rank_alive;  // rank → process alive
+  ClusterJobInfo cluster;          // slurm jobs (GetJob): the batch job as last polled
 };
 
 // A checkpoint as the store recorded it, as found on disk, or both.

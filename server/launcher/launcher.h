@@ -1,16 +1,21 @@
-// Rank processes: the seam between the coordinator and the OS.
+// Rank processes: the seam between the coordinator and the OS (or a cluster's scheduler).
 //
-// `Launcher` is the interface the coordinator's attempt monitor works through: launch, signal,
-// observe (reap, liveness, the rank's own exit record) and reconcile (is a rank started by an
-// earlier adctld still there?). A Slurm launcher implements the same calls; the fault-injection
-// tests implement it with a scripted process table (tests/server/fault_injection_test.cc).
-// `LocalLauncher` fork/execs on this host. Each rank runs under a small shepherd: a forked copy of
+// `Launcher` is the interface the coordinator's attempt monitor works through, one attempt at a
+// time: launch an attempt's ranks, signal a rank, observe ranks (reap, liveness, leftovers, the
+// rank's own exit record), end the attempt, and describe its cluster job. Ranks started by an
+// earlier adctld are re-attached from what the store kept of their handles (reconcile).
+// Implementations:
+//   LocalLauncher (here)      fork/exec on this host, one shepherd per rank (below)
+//   SlurmLauncher             one Slurm batch job per attempt (slurm_launcher.h)
+//   ScriptedLauncher          a scripted process table (tests/server/fault_injection_test.cc)
+//
+// `LocalLauncher`: each rank runs under a small shepherd: a forked copy of
 // adctld that makes itself a process-group leader, forks+execs the worker in that group, waits for
 // it and writes how it ended to `exit_path` ("exit N" / "signal N") before exiting with the same
-// status. The shepherd ignores SIGTERM, so `killpg(pgid, SIGTERM)` reaches only the worker, and
-// its exit file survives an adctld restart: a restarted adctld that is not the parent reads the
-// outcome from the file. SIGKILL of the group ends both. Workers are not killed when adctld
-// dies (they re-attach through heartbeats). Thread-safe.
+// status. The shepherd ignores SIGTERM (and SIGUSR1), so `killpg(pgid, SIGTERM)` reaches only the
+// worker, and its exit file survives an adctld restart: a restarted adctld that is not the parent
+// reads the outcome from the file. SIGKILL of the group ends both. Workers are not killed when
+// adctld dies (they re-attach through heartbeats). Thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -39,6 +44,54 @@ struct LaunchedRank {
   uint64_t start_time = 0;  // of the shepherd (ProcessStartTime)
 };
 
+// What a cluster launcher needs beyond the ranks' command lines (from the spec's `resources`
+// and adctld's defaults). The local launcher ignores it.
+struct ClusterResources {
+  int nodes = 1;
+  int tasks_per_node = 1;  // ranks per node
+  bool gpus = true;        // one GPU per task (--gpus-per-task=1); false: CPU tasks
+  std::string account;
+  std::string partition;
+  std::string qos;
+  std::string time_limit;  // sbatch --time ("" : the partition's default)
+  std::vector<std::string> extra_args;
+  double grace_seconds = 60;  // --signal=USR1@grace: ranks checkpoint before a time limit
+};
+
+// One attempt, as the monitor hands it to a launcher.
+struct AttemptLaunch {
+  std::string job_id;
+  int attempt = 1;
+  std::string job_dir;
+  // One per rank, rank = index. A cluster launcher starts all ranks with one command line
+  // (`ranks[0]` with `cluster_argv`: the same flags but `--ranks-from slurm`) and environment.
+  std::vector<RankLaunch> ranks;
+  std::vector<std::string> cluster_argv;
+  ClusterResources cluster;
+};
+
+// One launched rank, as its launcher names it; the store keeps these fields (ranks.pgid,
+// ranks.pgid_start_time, attempts.cluster_job) so that a restarted adctld re-attaches.
+struct RankHandle {
+  pid_t pgid = 0;           // local: the shepherd's process group; cluster: 0
+  uint64_t start_time = 0;  // local: the shepherd's start time (guards pid reuse)
+  std::string cluster_job;  // cluster: the batch job's id; local: ""
+  std::string exit_path;    // RankLaunch::exit_path
+};
+
+struct LaunchedAttempt {
+  std::string cluster_job;  // "" for the local launcher
+  std::vector<RankHandle> ranks;
+};
+
+// What a cluster says about a batch job (`adctl describe`); empty when it knows nothing.
+struct ClusterJobInfo {
+  std::string state;    // Slurm's: PENDING, RUNNING, COMPLETED, TIMEOUT, NODE_FAIL, PREEMPTED, ...
+  std::string nodes;    // node list
+  std::string reason;   // why it is pending or how it ended
+  bool active() const;  // PENDING, CONFIGURING, RUNNING, COMPLETING, SUSPENDED, ...
+};
+
 // A launched rank that ended, as its launcher saw it end.
 struct EndedRank {
   pid_t pgid = 0;
@@ -51,33 +104,64 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
 
+  // "local" or "slurm": the name a spec's resources.launcher and the store use.
+  virtual std::string name() const = 0;
+
   // --- Launch and signal.
-  virtual Result<LaunchedRank> Launch(const RankLaunch& launch) = 0;
-  // Signals every process of the rank; "no such rank" is not an error.
-  virtual Status Signal(pid_t pgid, int signal) = 0;
+  // Starts every rank of the attempt, or none (a failure ends what was started).
+  virtual Result<LaunchedAttempt> LaunchAttempt(const AttemptLaunch& launch) = 0;
+  // Signals the rank's processes; "no such rank" is not an error. A cluster launcher signals
+  // the whole attempt (its ranks are the tasks of one job step).
+  virtual Status Signal(const RankHandle& rank, int signal) = 0;
 
   // --- Observe. Non-blocking.
+  // Whether the launcher reports the ends of the ranks it launched through Reap() (it is their
+  // parent); otherwise, and for ranks re-attached after a restart, the monitor polls Alive().
+  virtual bool ReapsItsRanks() const = 0;
   // Ranks launched by this process that ended since the last call (reaping them).
   virtual std::vector<EndedRank> Reap() = 0;
-  // Whether a rank launched by an earlier adctld (adopted at reconcile) still runs; `start_time`
-  // (LaunchedRank::start_time) guards against pid reuse.
-  virtual bool Alive(pid_t pgid, uint64_t start_time) = 0;
-  // Whether anything of the rank is left (a rank's teardown ends when nothing is).
-  virtual bool GroupExists(pid_t pgid) = 0;
+  // Whether the rank still runs (launched by an earlier adctld, or by a cluster).
+  virtual bool Alive(const RankHandle& rank) = 0;
+  // Whether anything of an ended rank is left (its teardown ends when nothing is), and ending it.
+  virtual bool HasLeftovers(const RankHandle& rank) = 0;
+  virtual void KillLeftovers(const RankHandle& rank) = 0;
   // The rank's own record of how it ended (RankLaunch::exit_path); an error when there is none.
   virtual Result<ExitStatus> ReadExit(const std::string& exit_path) = 0;
+
+  // --- The attempt is over (every rank ended): free what is left of it (a cluster job still
+  // finishing its batch script). Idempotent.
+  virtual void EndAttempt(const std::string& cluster_job) { (void)cluster_job; }
+  // Reconcile: the cluster job an earlier adctld submitted for this attempt but may not have
+  // recorded (it died between submitting and writing the id); "" when none or not a cluster.
+  virtual std::string FindAttempt(const std::string& job_id, int attempt) {
+    (void)job_id;
+    (void)attempt;
+    return "";
+  }
+  // What the cluster says about the attempt's batch job, cached for a second or so.
+  virtual ClusterJobInfo Describe(const std::string& cluster_job) {
+    (void)cluster_job;
+    return {};
+  }
 };
 
 // Ranks as shepherded process groups on this host. Reap() collects every child of adctld
 // (waitpid(-1): adctld is a child subreaper, so orphans of ranks are reaped too).
 class LocalLauncher : public Launcher {
  public:
-  Result<LaunchedRank> Launch(const RankLaunch& launch) override;
-  Status Signal(pid_t pgid, int signal) override;
+  std::string name() const override { return "local"; }
+  Result<LaunchedAttempt> LaunchAttempt(const AttemptLaunch& launch) override;
+  Status Signal(const RankHandle& rank, int signal) override;
+  bool ReapsItsRanks() const override { return true; }
   std::vector<EndedRank> Reap() override;
-  bool Alive(pid_t pgid, uint64_t start_time) override;
-  bool GroupExists(pid_t pgid) override;
+  bool Alive(const RankHandle& rank) override;
+  bool HasLeftovers(const RankHandle& rank) override;
+  void KillLeftovers(const RankHandle& rank) override;
   Result<ExitStatus> ReadExit(const std::string& exit_path) override;
+
+  // One rank (LaunchAttempt calls it per rank).
+  Result<LaunchedRank> Launch(const RankLaunch& launch);
+  Status Signal(pid_t pgid, int signal);
 };
 
 // Resolves the worker binary: an explicit path if given (must be executable), else `adworker`

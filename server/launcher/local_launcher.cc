@@ -15,6 +15,7 @@
 
 #include "server/launcher/launcher.h"
 #include "server/launcher/process.h"
+#include "server/launcher/shepherd.h"
 
 namespace adctl {
 
@@ -61,14 +62,19 @@ void CloseFdsFrom(int first, int limit) {
   for (int fd = first; fd < limit; ++fd) close(fd);
 }
 
+}  // namespace
+
+// `log_fd` < 0: keep stdin/stdout/stderr and the process group (a Slurm task: srun owns them).
 [[noreturn]] void RunShepherd(const char* executable, char* const* argv, char* const* envp,
                               int log_fd, const char* exit_path, const char* exit_tmp_path,
                               int fd_limit) {
-  setpgid(0, 0);
-  int null_fd = open("/dev/null", O_RDONLY);
-  if (null_fd >= 0) dup2(null_fd, 0);
-  dup2(log_fd, 1);
-  dup2(log_fd, 2);
+  if (log_fd >= 0) {
+    setpgid(0, 0);
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, 0);
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+  }
   CloseFdsFrom(3, fd_limit);  // adctld's sockets and database must not outlive it here
 
   pid_t worker = fork();
@@ -97,6 +103,7 @@ void CloseFdsFrom(int first, int limit) {
   sigaction(SIGINT, &ign, nullptr);
   sigaction(SIGHUP, &ign, nullptr);
   sigaction(SIGPIPE, &ign, nullptr);
+  sigaction(SIGUSR1, &ign, nullptr);  // Slurm's --signal=USR1@grace is for the worker
   struct sigaction dfl;
   memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
@@ -105,7 +112,7 @@ void CloseFdsFrom(int first, int limit) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (worker > 0) {
-    const int kForwarded[] = {SIGTERM, SIGINT, SIGHUP};
+    const int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
     for (int sig : kForwarded) {
       if (sigismember(&pending, sig)) kill(worker, sig);
     }
@@ -138,7 +145,38 @@ void CloseFdsFrom(int first, int limit) {
   _exit(code);
 }
 
-}  // namespace
+Result<LaunchedAttempt> LocalLauncher::LaunchAttempt(const AttemptLaunch& launch) {
+  LaunchedAttempt out;
+  for (size_t rank = 0; rank < launch.ranks.size(); ++rank) {
+    const RankLaunch& l = launch.ranks[rank];
+    auto launched = Launch(l);
+    if (!launched.ok()) {
+      for (const RankHandle& started : out.ranks) Signal(started.pgid, SIGKILL);
+      return Status(launched.status().code(),
+                    "rank " + std::to_string(rank) + ": " + launched.status().message());
+    }
+    RankHandle h;
+    h.pgid = launched->pgid;
+    h.start_time = launched->start_time;
+    h.exit_path = l.exit_path;
+    out.ranks.push_back(h);
+  }
+  return out;
+}
+
+Status LocalLauncher::Signal(const RankHandle& rank, int signal) {
+  return SignalProcessGroup(rank.pgid, signal);
+}
+
+bool LocalLauncher::Alive(const RankHandle& rank) {
+  return ProcessAlive(rank.pgid, rank.start_time);
+}
+
+bool LocalLauncher::HasLeftovers(const RankHandle& rank) { return ProcessGroupExists(rank.pgid); }
+
+void LocalLauncher::KillLeftovers(const RankHandle& rank) {
+  (void)SignalProcessGroup(rank.pgid, SIGKILL);
+}
 
 Result<LaunchedRank> LocalLauncher::Launch(const RankLaunch& launch) {
   if (access(launch.executable.c_str(), X_OK) != 0) {
@@ -211,12 +249,6 @@ std::vector<EndedRank> LocalLauncher::Reap() {
   }
   return out;
 }
-
-bool LocalLauncher::Alive(pid_t pgid, uint64_t start_time) {
-  return ProcessAlive(pgid, start_time);
-}
-
-bool LocalLauncher::GroupExists(pid_t pgid) { return ProcessGroupExists(pgid); }
 
 Result<ExitStatus> LocalLauncher::ReadExit(const std::string& exit_path) {
   return ReadExitFile(exit_path);

@@ -182,6 +182,11 @@ UPDATE jobs SET token = '';
     R"sql(
 ALTER TABLE jobs ADD COLUMN rendezvous_timeout_seconds REAL NOT NULL DEFAULT 120;
 )sql",
+    // 8: launchers: where a job's ranks run, and the Slurm job id of each slurm attempt.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN launcher TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE attempts ADD COLUMN cluster_job TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -299,7 +304,9 @@ const char kJobColumns[] =
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
     "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
-    "rendezvous_timeout_seconds";
+    "rendezvous_timeout_seconds, launcher, "
+    "COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
+    "attempts.attempt = jobs.attempt), '')";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -333,6 +340,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.checkpoint_dir = s.Text(27);
   j.progress.mfu_ratio = s.Double(28);
   j.rendezvous_timeout_seconds = s.Double(29);
+  j.launcher = s.Text(30);
+  j.cluster_job = s.Text(31);
   return j;
 }
 
@@ -425,8 +434,8 @@ Status Store::InsertJob(const JobRecord& j) {
   Stmt s(db_,
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
          "priority, max_restarts, grace_seconds, submitted_at, message, total_steps, "
-         "hang_timeout_seconds, checkpoint_dir, rendezvous_timeout_seconds) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "hang_timeout_seconds, checkpoint_dir, rendezvous_timeout_seconds, launcher) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -438,6 +447,7 @@ Status Store::InsertJob(const JobRecord& j) {
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
   s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir).Bind(j.rendezvous_timeout_seconds);
+  s.Bind(j.launcher);
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;
@@ -594,8 +604,8 @@ Result<std::vector<std::pair<JobState, int64_t>>> Store::CountJobsByState() {
 Result<AttemptRecord> Store::GetAttempt(const std::string& job_id, int attempt) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
-         "SELECT world_size, devices, started_at, ended_at, end_reason, token_sha256 FROM attempts "
-         "WHERE job_id=? AND attempt=?");
+         "SELECT world_size, devices, started_at, ended_at, end_reason, token_sha256, cluster_job "
+         "FROM attempts WHERE job_id=? AND attempt=?");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(job_id).Bind(attempt);
   ADCTL_ASSIGN_ROW(row, s.Step());
@@ -611,7 +621,17 @@ Result<AttemptRecord> Store::GetAttempt(const std::string& job_id, int attempt) 
   a.ended_at = s.Double(3);
   a.end_reason = s.Text(4);
   a.token_sha256 = s.Text(5);
+  a.cluster_job = s.Text(6);
   return a;
+}
+
+Status Store::SetAttemptClusterJob(const std::string& job_id, int attempt,
+                                   const std::string& cluster_job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "UPDATE attempts SET cluster_job=? WHERE job_id=? AND attempt=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(cluster_job).Bind(job_id).Bind(attempt);
+  return s.Run();
 }
 
 Status Store::UpsertRank(const RankRecord& r) {

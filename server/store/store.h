@@ -58,6 +58,8 @@ struct JobRecord {
   std::string message;
   std::vector<std::string> devices;  // current attempt
   JobProgress progress;
+  std::string launcher = "local";  // "local" or "slurm" (resources.launcher or adctld's default)
+  std::string cluster_job;         // the current attempt's Slurm job id ("" : none)
 };
 
 struct RankRecord {
@@ -84,6 +86,7 @@ struct AttemptRecord {
   double ended_at = 0;
   std::string end_reason;
   std::string token_sha256;  // of the token its ranks authenticate with ("": a legacy attempt)
+  std::string cluster_job;   // the Slurm job id of a slurm attempt ("" : local)
 };
 
 struct EventRecord {
@@ -220,6 +223,9 @@ class Store {
 
   // Attempts and ranks.
   Result<AttemptRecord> GetAttempt(const std::string& job_id, int attempt);
+  // The cluster's id of an attempt's batch job (the Slurm launcher, right after sbatch).
+  Status SetAttemptClusterJob(const std::string& job_id, int attempt,
+                              const std::string& cluster_job);
   Status UpsertRank(const RankRecord& rank);
   Status RecordRankWorker(const std::string& job_id, int attempt, int rank, int worker_pid,
                           const std::string& host, double now);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/job_layout.h"
+#include "common/job_spec.h"
 #include "server/scheduler/scheduler.h"
 #include "server/supervisor/launch_plan.h"
 #include "server/supervisor/secrets.h"
@@ -62,16 +63,40 @@ void AttemptControl::Stop(double grace_seconds) {
 // AttemptMonitor.
 
 AttemptMonitor::AttemptMonitor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-                               JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
+                               JobRecorder* recorder, ChangeFeed* changes, Clock* clock,
+                               Launcher* slurm)
     : options_(options),
       store_(store),
       launcher_(launcher),
+      slurm_(slurm),
       recorder_(recorder),
       changes_(changes),
       clock_(clock),
       device_unit_(DeviceUnit(options.devices)) {}
 
 AttemptMonitor::~AttemptMonitor() { StopThread(); }
+
+Launcher* AttemptMonitor::LauncherFor(const std::string& name) const {
+  if (name == "slurm") return slurm_;
+  return launcher_;
+}
+
+RankHandle AttemptMonitor::Handle(const RankProc& rank) {
+  RankHandle h;
+  h.pgid = rank.pgid;
+  h.start_time = rank.start_time;
+  h.cluster_job = rank.cluster_job;
+  h.exit_path = rank.exit_path;
+  return h;
+}
+
+ClusterJobInfo AttemptMonitor::ClusterJob(const std::string& job_id, const std::string& launcher,
+                                          const std::string& cluster_job) {
+  (void)job_id;
+  Launcher* l = LauncherFor(launcher);
+  if (l == nullptr || cluster_job.empty()) return {};
+  return l->Describe(cluster_job);  // the launcher has its own lock; mu_ is not needed
+}
 
 void AttemptMonitor::StartThread() {
   thread_ = std::thread([this] {
@@ -132,8 +157,26 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
                                     bool is_restart) {
   const int attempt = job.attempt + 1;
   const double now = clock_->Now();
-  // The store's spec is the one copy; the rank reads this file, written from it.
-  ADCTL_RETURN_IF_ERROR(WriteFileAtomically(JobLayout(job.job_dir).spec(), job.spec_yaml));
+  Launcher* const launcher = LauncherFor(job.launcher);
+  if (launcher == nullptr) {
+    TransitionChanges end;
+    end.devices = std::vector<std::string>{};
+    const std::string message = "resources.launcher " + job.launcher +
+                                ": this adctld has no such launcher (start it with --slurm)";
+    if (job.state != JobState::kStarting) {
+      recorder_->Transition(job.id, JobState::kStarting, message, {});
+    }
+    recorder_->Transition(job.id, JobState::kFailed, message, end);
+    return FailedPrecondition(message);
+  }
+  // The store's spec is the one copy; the rank reads this file, written from it, without the
+  // launcher's fields (ClearLauncherFields).
+  auto spec = ParseJobSpec(job.spec_yaml);
+  if (!spec.ok()) return spec.status();
+  const ResourceSpec resources = spec->resources;
+  ClearLauncherFields(&spec->resources);
+  ADCTL_RETURN_IF_ERROR(
+      WriteFileAtomically(JobLayout(job.job_dir).spec(), JobSpecToYaml(spec.value())));
   // A fresh token per attempt: it stops working when the attempt ends, and adctld keeps only
   // its hash (a restarted adctld re-attaches the ranks by it).
   const std::string token = RandomHex(16);
@@ -157,6 +200,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   Attempt a;
   a.job_id = job.id;
   a.attempt = attempt;
+  a.launcher = launcher;
   a.devices = devices;
   a.grace_seconds = job.grace_seconds;
   a.launched_at = now;
@@ -173,29 +217,57 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   input.devices = devices;
   input.host_slots = options_.devices.size();
   input.tls_ca = options_.tls_ca;
+  input.cluster = launcher != launcher_;
+  input.cluster_gpus = options_.slurm.gpus;
+  input.cpus_per_task = options_.slurm.cpus_per_task;
+  input.worker_ifname = options_.worker_ifname;
+  input.worker_env = options_.worker_env;
   std::vector<std::string> inherited;
   for (char** e = environ; *e; ++e) inherited.emplace_back(*e);
-  const std::vector<RankLaunch> plan =
-      PlanAttemptLaunch(input, WorkerBaseEnvironment(inherited, input));
-  for (int rank = 0; rank < static_cast<int>(plan.size()); ++rank) {
-    const RankLaunch& l = plan[rank];
-    auto launched = launcher_->Launch(l);
-    if (!launched.ok()) {
-      for (RankProc& r : a.ranks) launcher_->Signal(r.pgid, SIGKILL);
-      TransitionChanges end;
-      end.devices = std::vector<std::string>{};
-      end.end_attempt_reason = "launch failed";
-      recorder_->Transition(
-          job.id, JobState::kFailed,
-          "cannot start rank " + std::to_string(rank) + ": " + launched.status().message(), end);
-      return launched.status();
-    }
+  AttemptLaunch launch;
+  launch.job_id = job.id;
+  launch.attempt = attempt;
+  launch.job_dir = job.job_dir;
+  launch.ranks = PlanAttemptLaunch(input, WorkerBaseEnvironment(inherited, input));
+  if (input.cluster) {
+    launch.cluster_argv = PlanClusterArgv(input);
+    launch.cluster.nodes = static_cast<int>(resources.nodes);
+    launch.cluster.tasks_per_node = static_cast<int>(resources.gpus / resources.nodes);
+    launch.cluster.gpus = options_.slurm.gpus;
+    launch.cluster.account = resources.slurm_account;
+    launch.cluster.partition = resources.slurm_partition;
+    launch.cluster.qos = resources.slurm_qos;
+    launch.cluster.time_limit = resources.slurm_time_limit;
+    launch.cluster.extra_args = resources.slurm_extra_args;
+    launch.cluster.grace_seconds = job.grace_seconds;
+  }
+  auto launched = launcher->LaunchAttempt(launch);
+  if (!launched.ok()) {
+    TransitionChanges end;
+    end.devices = std::vector<std::string>{};
+    end.end_attempt_reason = "launch failed";
+    recorder_->Transition(job.id, JobState::kFailed,
+                          "cannot start the ranks (" + launcher->name() +
+                              " launcher): " + launched.status().message(),
+                          end);
+    return launched.status();
+  }
+  a.cluster_job = launched->cluster_job;
+  if (!a.cluster_job.empty()) {
+    Status st = store_->SetAttemptClusterJob(job.id, attempt, a.cluster_job);
+    if (!st.ok()) spdlog::error("job {}: cannot record cluster job: {}", job.id, st.ToString());
+    recorder_->AddEvent(job.id, attempt, "launcher", "info",
+                        "attempt " + std::to_string(attempt) + " is Slurm job " + a.cluster_job);
+  }
+  for (int rank = 0; rank < static_cast<int>(launched->ranks.size()); ++rank) {
+    const RankHandle& h = launched->ranks[rank];
     RankProc p;
     p.rank = rank;
-    p.pgid = launched->pgid;
-    p.start_time = launched->start_time;
-    p.is_child = true;
-    p.exit_path = l.exit_path;
+    p.pgid = h.pgid;
+    p.start_time = h.start_time;
+    p.cluster_job = h.cluster_job;
+    p.is_child = launcher->ReapsItsRanks();
+    p.exit_path = h.exit_path;
     a.ranks.push_back(p);
     RankRecord rec;
     rec.job_id = job.id;
@@ -223,7 +295,7 @@ void AttemptMonitor::StartTeardownLocked(Attempt* a, double grace_seconds, doubl
   a->teardown = true;
   a->kill_deadline = deadline;
   for (RankProc& r : a->ranks) {
-    if (!r.exit_known) launcher_->Signal(r.pgid, grace_seconds <= 0 ? SIGKILL : SIGTERM);
+    if (!r.exit_known) a->launcher->Signal(Handle(r), grace_seconds <= 0 ? SIGKILL : SIGTERM);
   }
   if (grace_seconds <= 0) a->killed = true;
 }
@@ -234,7 +306,7 @@ void AttemptMonitor::ObserveRankLocked(Attempt* a, size_t index, double now) {
   if (r.exit_known) {
     // Whatever the rank left in its group got SIGKILL; the rank counts as gone once the
     // group is empty (bounded: an unreaped zombie must not hold the job forever).
-    if (!launcher_->GroupExists(r.pgid) || now - r.group_killed_at > kGroupDrainSeconds) {
+    if (!a->launcher->HasLeftovers(Handle(r)) || now - r.group_killed_at > kGroupDrainSeconds) {
       r.exited = true;
     }
     return;
@@ -249,23 +321,31 @@ void AttemptMonitor::ObserveRankLocked(Attempt* a, size_t index, double now) {
       reaped_.erase(it);
     }
   } else {
-    gone = !launcher_->Alive(r.pgid, r.start_time);
+    gone = !a->launcher->Alive(Handle(r));
   }
   if (!gone) return;
 
   // The rank's own record first; else the launcher's; else it ended while nobody watched,
   // without a word: count it as killed.
-  auto recorded = launcher_->ReadExit(r.exit_path);
+  auto recorded = a->launcher->ReadExit(r.exit_path);
   const ExitStatus st = recorded.ok() ? recorded.value() : seen.value_or(ExitStatus{0, SIGKILL});
   r.exit_known = true;
   r.exit = st;
-  launcher_->Signal(r.pgid, SIGKILL);  // anything the rank left behind in its group
+  a->launcher->KillLeftovers(Handle(r));  // anything the rank left behind in its group
   r.group_killed_at = now;
-  r.exited = !launcher_->GroupExists(r.pgid);
+  r.exited = !a->launcher->HasLeftovers(Handle(r));
   store_->RecordRankExit(a->job_id, a->attempt, r.rank, st.exit_code, st.signal);
 
   const ExitClass cls = ClassifyExit(st);
-  const std::string message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
+  std::string message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
+  if (!recorded.ok() && !r.cluster_job.empty()) {
+    // Without its exit file the rank's batch job ended under it: say how (NODE_FAIL,
+    // PREEMPTED, TIMEOUT, CANCELLED), retryable like any kill.
+    const ClusterJobInfo info = a->launcher->Describe(r.cluster_job);
+    message += " (Slurm job " + r.cluster_job + ": " +
+               (info.state.empty() ? std::string("gone") : info.state) +
+               (info.reason.empty() || info.reason == "None" ? "" : ", " + info.reason) + ")";
+  }
   recorder_->AddEvent(a->job_id, a->attempt, "rank_exit",
                       (cls == ExitClass::kSuccess || cls == ExitClass::kStopped) ? "info" : "error",
                       message);
@@ -324,13 +404,17 @@ void AttemptMonitor::WatchForHangLocked(Attempt* a, double now) {
 
 void AttemptMonitor::UpdateAttemptLocked(Attempt* a, double now) {
   for (size_t i = 0; i < a->ranks.size(); ++i) ObserveRankLocked(a, i, now);
+  if (!a->cluster_job.empty() && a->launcher->Describe(a->cluster_job).state == "PENDING") {
+    // Queued in the cluster: the rendezvous and hang clocks start when the batch job does.
+    a->launched_at = now;
+  }
   WatchForHangLocked(a, now);
   if (a->teardown && !a->killed && now >= a->kill_deadline) {
     bool any_alive = false;
     for (RankProc& r : a->ranks) {
       if (!r.exit_known) {
         any_alive = true;
-        launcher_->Signal(r.pgid, SIGKILL);
+        a->launcher->Signal(Handle(r), SIGKILL);
       }
     }
     a->killed = true;
@@ -345,6 +429,7 @@ void AttemptMonitor::UpdateAttemptLocked(Attempt* a, double now) {
 // Restart policy.
 
 bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
+  if (a->launcher != nullptr && !a->cluster_job.empty()) a->launcher->EndAttempt(a->cluster_job);
   auto job = store_->GetJob(a->job_id);
   if (!job.ok()) return false;
   const bool all_ok =
@@ -406,6 +491,7 @@ bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
                                      keep);
       if (!r.ok()) return false;
       a->ranks.clear();
+      a->cluster_job.clear();
       a->teardown = false;
       a->killed = false;
       a->failure.clear();
@@ -434,12 +520,21 @@ void AttemptMonitor::ScheduleLocked() {
   for (const Device& d : options_.devices) names.push_back(d.name);
   std::map<std::string, std::string> busy;
   for (const auto& [id, a] : active_) {
+    if (a.launcher != launcher_) continue;  // a cluster job holds none of this host's devices
     for (const auto& d : a.devices) busy[d] = id;
   }
   std::vector<QueuedJob> queued;
   std::map<std::string, JobRecord> by_id;
   for (const JobRecord& j : jobs.value()) {
     if (j.state != JobState::kQueued) continue;
+    if (j.launcher != "local") {
+      // The cluster's scheduler places these: submitted at once, one batch job per attempt.
+      std::vector<std::string> ranks;
+      for (int r = 0; r < j.gpus; ++r) ranks.push_back(j.launcher + ":" + std::to_string(r));
+      Status st = LaunchLocked(j, ranks, /*is_restart=*/false);
+      if (!st.ok()) spdlog::error("job {}: launch failed: {}", j.id, st.ToString());
+      continue;
+    }
     queued.push_back({j.id, j.gpus, j.priority, j.seq});
     by_id[j.id] = j;
   }
@@ -496,11 +591,22 @@ Status AttemptMonitor::Reconcile() {
     Attempt a;
     a.job_id = job.id;
     a.attempt = job.attempt;
+    a.launcher = LauncherFor(job.launcher);
+    a.cluster_job = job.cluster_job;
     a.devices = job.devices;
     a.grace_seconds = job.grace_seconds;
     a.launched_at = now;
     a.hang_timeout_seconds = job.hang_timeout_seconds;
     a.rendezvous_timeout_seconds = job.rendezvous_timeout_seconds;
+    if (a.launcher == nullptr) {
+      const std::string message = "adctld restarted without the " + job.launcher +
+                                  " launcher this job's ranks run under (start it with "
+                                  "--slurm): attempt " +
+                                  std::to_string(job.attempt) + " is not watched";
+      recorder_->AddEvent(job.id, job.attempt, "reconcile", "error", message);
+      spdlog::error("job {}: {}", job.id, message);
+      continue;
+    }
     auto ranks = store_->ListRanks(job.id, job.attempt);
     if (!ranks.ok()) return ranks.status();
     int alive = 0;
@@ -509,14 +615,15 @@ Status AttemptMonitor::Reconcile() {
       p.rank = r.rank;
       p.pgid = r.pgid;
       p.start_time = r.pgid_start_time;
+      p.cluster_job = job.cluster_job;
       p.is_child = false;
       p.exit_known = r.exited;
-      p.exited = r.exited && !launcher_->GroupExists(r.pgid);
+      p.exit_path = JobLayout(job.job_dir).rank_exit(job.attempt, r.rank);
+      p.exited = r.exited && !a.launcher->HasLeftovers(Handle(p));
       p.group_killed_at = now;
       p.exit.exit_code = r.exit_code;
       p.exit.signal = r.exit_signal;
-      p.exit_path = JobLayout(job.job_dir).rank_exit(job.attempt, r.rank);
-      if (!p.exited && launcher_->Alive(p.pgid, p.start_time)) ++alive;
+      if (!p.exited && a.launcher->Alive(Handle(p))) ++alive;
       a.ranks.push_back(p);
     }
     const int expected = job.gpus;
@@ -529,13 +636,24 @@ Status AttemptMonitor::Reconcile() {
           "attempt " + std::to_string(job.attempt) + " was interrupted by an adctld restart";
       a.failure_class = ExitClass::kRetryable;
       StartTeardownLocked(&a, 0, now);
+      // ... nor can a batch job it submitted, recorded or not: cancelled, so that the next
+      // attempt is the only one.
+      const std::string orphan =
+          a.cluster_job.empty() ? a.launcher->FindAttempt(job.id, job.attempt) : a.cluster_job;
+      if (!orphan.empty()) {
+        a.launcher->EndAttempt(orphan);
+        recorder_->AddEvent(job.id, job.attempt, "reconcile", "warning",
+                            "cancelled Slurm job " + orphan + " of the interrupted attempt " +
+                                std::to_string(job.attempt));
+      }
     }
     if (job.state == JobState::kCancelling || job.state == JobState::kPausing) {
       StartTeardownLocked(&a, job.grace_seconds, now);
     }
     const std::string message = "adctld restarted: " + std::to_string(alive) + " of " +
                                 std::to_string(expected) + " rank(s) of attempt " +
-                                std::to_string(job.attempt) + " still alive, re-attached";
+                                std::to_string(job.attempt) + " still alive, re-attached" +
+                                (a.cluster_job.empty() ? "" : " (Slurm job " + a.cluster_job + ")");
     recorder_->AddEvent(job.id, job.attempt, "reconcile", "info", message);
     spdlog::info("job {}: {}", job.id, message);
     active_[job.id] = std::move(a);

@@ -42,8 +42,9 @@ struct DeviceStatus {
 // The monitor's view of one rank of an attempt.
 struct RankProc {
   int rank = 0;
-  pid_t pgid = 0;
-  uint64_t start_time = 0;
+  pid_t pgid = 0;           // local ranks (RankHandle)
+  uint64_t start_time = 0;  // local ranks
+  std::string cluster_job;  // slurm ranks: the attempt's batch job
   bool is_child = false;    // launched by this adctld (the launcher reaps it)
   bool exit_known = false;  // the worker ended; `exit` says how
   bool exited = false;      // ... and nothing of it is left (or the monitor gave up waiting)
@@ -56,6 +57,8 @@ struct RankProc {
 struct ActiveAttempt {
   std::string job_id;
   int attempt = 0;
+  Launcher* launcher = nullptr;  // the job's (JobRecord::launcher)
+  std::string cluster_job;       // slurm: the batch job of this attempt
   std::vector<std::string> devices;
   std::vector<RankProc> ranks;
   double grace_seconds = 60;
@@ -101,8 +104,10 @@ class AttemptControl {
 
 class AttemptMonitor {
  public:
+  // `slurm` may be null (no Slurm launcher configured).
   AttemptMonitor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-                 JobRecorder* recorder, ChangeFeed* changes, Clock* clock);
+                 JobRecorder* recorder, ChangeFeed* changes, Clock* clock,
+                 Launcher* slurm = nullptr);
   ~AttemptMonitor();
 
   // Adopts the attempts the store says exist (adctld restarted). Call once, before ticking.
@@ -123,6 +128,9 @@ class AttemptMonitor {
   std::vector<DeviceStatus> Devices();
   // Whether each rank of `attempt` of the job still has processes (absent: not watched).
   std::map<int, bool> RanksAlive(const std::string& job_id, int attempt);
+  // What the cluster says about the job's current batch job (slurm jobs; empty otherwise).
+  ClusterJobInfo ClusterJob(const std::string& job_id, const std::string& launcher,
+                            const std::string& cluster_job);
 
  private:
   friend class AttemptControl;
@@ -137,11 +145,15 @@ class AttemptMonitor {
   Status LaunchLocked(const JobRecord& job, const std::vector<std::string>& devices,
                       bool is_restart);
   void ScheduleLocked();
+  // The launcher named `name` ("local", "slurm"); null when adctld has none by that name.
+  Launcher* LauncherFor(const std::string& name) const;
+  static RankHandle Handle(const RankProc& rank);
 
   // Constant after construction.
   const SupervisorOptions options_;
   Store* const store_;
-  Launcher* const launcher_;
+  Launcher* const launcher_;  // local
+  Launcher* const slurm_;     // may be null
   JobRecorder* const recorder_;
   ChangeFeed* const changes_;
   Clock* const clock_;

@@ -25,6 +25,8 @@ JobManager::JobManager(const SupervisorOptions& options, Store* store, AttemptMo
                        JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
     : data_dir_(options.data_dir),
       paths_(options.paths),
+      default_launcher_(options.default_launcher),
+      slurm_enabled_(options.slurm.enabled),
       device_count_(options.devices.size()),
       device_unit_(DeviceUnit(options.devices)),
       store_(store),
@@ -40,6 +42,22 @@ Status JobManager::CheckRankCount(const std::string& field, int64_t gpus) const 
                            "s requested but this coordinator has " + std::to_string(device_count_));
   }
   return Status::Ok();
+}
+
+Result<std::string> JobManager::ChooseLauncher(const ResourceSpec& resources) const {
+  const std::string launcher = resources.launcher.empty() ? default_launcher_ : resources.launcher;
+  if (launcher == "slurm" && !slurm_enabled_) {
+    return InvalidArgument(
+        "resources.launcher: slurm, but this adctld has no Slurm launcher (start adctld with "
+        "--slurm, or a `slurm:` section in its --config file)");
+  }
+  if (launcher == "local" && (resources.nodes != 1 || resources.gpus_per_node != 0)) {
+    return InvalidArgument(
+        "resources.nodes / resources.gpus_per_node: multi-node jobs need "
+        "resources.launcher: slurm (this adctld's default launcher is " +
+        default_launcher_ + ")");
+  }
+  return launcher;
 }
 
 Result<JobRecord> JobManager::EndRestartWait(AttemptControl* attempt, JobState to,
@@ -69,7 +87,12 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   if (request.priority) spec.resources.priority = *request.priority;
   ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
   ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
-  ADCTL_RETURN_IF_ERROR(CheckRankCount("resources.gpus", spec.resources.gpus));
+  auto launcher = ChooseLauncher(spec.resources);
+  if (!launcher.ok()) return launcher.status();
+  // Slurm places the ranks: only local jobs are bounded by this host's devices.
+  if (*launcher == "local") {
+    ADCTL_RETURN_IF_ERROR(CheckRankCount("resources.gpus", spec.resources.gpus));
+  }
   const std::string yaml = JobSpecToYaml(spec);
 
   if (!request.submission_id.empty()) {
@@ -105,6 +128,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.hang_timeout_seconds = spec.resources.hang_timeout_seconds;
   job.rendezvous_timeout_seconds = spec.resources.rendezvous_timeout_seconds;
   job.checkpoint_dir = spec.checkpoint.dir;
+  job.launcher = *launcher;
   job.submitted_at = clock_->Now();
   job.progress.total_steps = spec.train.max_steps;
   std::error_code ec;
@@ -207,7 +231,7 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
     TransitionChanges c;
     std::string message = "resumed by user";
     if (gpus && *gpus != job->gpus) {
-      ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
+      if (job->launcher == "local") ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
       // Rewriting the stored spec (a new rank count and grad_accum) is the one re-parse.
       auto spec = ParseJobSpec(job->spec_yaml);
       if (!spec.ok()) return spec.status();

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 #include "server/store/store.h"
 #include "server/supervisor/attempt_monitor.h"
@@ -61,8 +62,13 @@ class JobManager {
   // InvalidArgument unless 1 <= gpus <= the coordinator's devices.
   Status CheckRankCount(const std::string& field, int64_t gpus) const;
 
+  // The launcher a spec's resources ask for, or the error that names what is missing.
+  Result<std::string> ChooseLauncher(const ResourceSpec& resources) const;
+
   const std::string data_dir_;
   const PathRoots paths_;
+  const std::string default_launcher_;
+  const bool slurm_enabled_;
   const size_t device_count_;
   const std::string device_unit_;
   Store* const store_;

@@ -17,6 +17,7 @@ bool IsRankOwnedVariable(const std::string& key) {
 }
 
 bool IsCpu(const AttemptLaunchInput& input) {
+  if (input.cluster) return !input.cluster_gpus;
   return !input.devices.empty() && input.devices[0].rfind("cpu", 0) == 0;
 }
 
@@ -34,15 +35,25 @@ EnvList WorkerBaseEnvironment(const std::vector<std::string>& inherited,
     present.insert(key);
     env.emplace_back(key, kv.substr(eq + 1));
   }
+  auto add_default = [&](const std::string& key, const std::string& value) {
+    if (present.insert(key).second) env.emplace_back(key, value);
+  };
+  // The operator's --worker-ifname / --worker-env first, then adctld's own defaults.
+  if (!input.worker_ifname.empty()) {
+    add_default("NCCL_SOCKET_IFNAME", input.worker_ifname);
+    add_default("GLOO_SOCKET_IFNAME", input.worker_ifname);
+  }
+  for (const auto& [k, v] : input.worker_env) add_default(k, v);
   const std::pair<const char*, const char*> kSafetyDefaults[] = {
       {"NCCL_NVLS_ENABLE", "0"},
       {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
       {"NVSHMEM_DISABLE_NVLS", "1"},
   };
-  for (const auto& [k, v] : kSafetyDefaults) {
-    if (!present.count(k)) env.emplace_back(k, v);
-  }
-  if (IsCpu(input) && !present.count("OMP_NUM_THREADS")) {
+  for (const auto& [k, v] : kSafetyDefaults) add_default(k, v);
+  if (input.cluster && IsCpu(input)) {
+    // The cluster sizes the task; adctld's host says nothing about the node's cores.
+    add_default("OMP_NUM_THREADS", std::to_string(std::max(1, input.cpus_per_task)));
+  } else if (IsCpu(input) && !present.count("OMP_NUM_THREADS")) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const unsigned per_rank =
         std::max(1u, cores / static_cast<unsigned>(std::max<size_t>(1, input.host_slots)));
@@ -74,10 +85,14 @@ std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input,
     l.argv = {input.worker_binary, "train"};
     for (std::string& arg : assignment.ToArgv()) l.argv.push_back(std::move(arg));
     l.env = base_env;
-    l.env.emplace_back("CUDA_VISIBLE_DEVICES", cpu ? "" : input.devices[rank]);
-    // Device names are NVML indices (PCI bus order); CUDA numbers the fastest GPU first unless
-    // told otherwise, which on a mixed machine is another GPU than the one adctld handed out.
-    if (!cpu) l.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    if (!input.cluster) {
+      l.env.emplace_back("CUDA_VISIBLE_DEVICES", cpu ? "" : input.devices[rank]);
+      // Device names are NVML indices (PCI bus order); CUDA numbers the fastest GPU first unless
+      // told otherwise, which on a mixed machine is another GPU than the one adctld handed out.
+      if (!cpu) l.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    } else if (cpu) {
+      l.env.emplace_back("CUDA_VISIBLE_DEVICES", "");
+    }  // a GPU task: Slurm sets CUDA_VISIBLE_DEVICES (--gpus-per-task=1)
     l.env.emplace_back(kWorkerTokenEnv, input.token);
     if (!input.tls_ca.empty()) l.env.emplace_back("ADCTL_TLS_CA", input.tls_ca);
     l.log_path = layout.rank_log(input.attempt, rank);
@@ -85,6 +100,19 @@ std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input,
     plan.push_back(std::move(l));
   }
   return plan;
+}
+
+std::vector<std::string> PlanClusterArgv(const AttemptLaunchInput& input) {
+  WorkerAssignment assignment;
+  assignment.spec_path = JobLayout(input.job_dir).spec();
+  assignment.job_dir = input.job_dir;
+  assignment.job_id = input.job_id;
+  assignment.attempt = input.attempt;
+  assignment.ranks_from = kRanksFromSlurm;
+  assignment.coordinator = input.coordinator;
+  std::vector<std::string> argv = {input.worker_binary, "train"};
+  for (std::string& arg : assignment.ToArgv()) argv.push_back(std::move(arg));
+  return argv;
 }
 
 }  // namespace adctl

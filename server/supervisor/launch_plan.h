@@ -23,6 +23,16 @@ struct AttemptLaunchInput {
   std::vector<std::string> devices;  // one per rank: "gpu:UUID"-style CUDA ids or "cpu:N"
   size_t host_slots = 1;             // every device slot of this host (the OMP thread split)
   std::string tls_ca;  // PEM the ranks verify adctld's TLS certificate with ("" : plaintext)
+  // A cluster launcher (slurm) runs the ranks: it sets CUDA_VISIBLE_DEVICES per task itself
+  // (GPU clusters), or the ranks are CPU tasks (cluster_gpus false) with `cpus_per_task`
+  // OpenMP threads (0: 1).
+  bool cluster = false;
+  bool cluster_gpus = true;
+  int cpus_per_task = 0;
+  // --worker-ifname (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) and --worker-env K=V: added to
+  // every rank's environment unless adctld's own environment sets the variable.
+  std::string worker_ifname;
+  std::vector<std::pair<std::string, std::string>> worker_env;
 };
 
 // The environment every rank inherits: `inherited` ("K=V" strings, e.g. adctld's environ) minus
@@ -33,5 +43,8 @@ EnvList WorkerBaseEnvironment(const std::vector<std::string>& inherited,
 
 // One RankLaunch per device, rank = index.
 std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input, const EnvList& base_env);
+// The one command line of every task of a cluster attempt: rank 0's, with `--ranks-from slurm`
+// in place of the rank flags (argv[0] included).
+std::vector<std::string> PlanClusterArgv(const AttemptLaunchInput& input);
 
 }  // namespace adctl

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "server/launcher/slurm_launcher.h"
 #include "server/scheduler/device_inventory.h"
 #include "server/supervisor/path_policy.h"
 
@@ -19,6 +21,14 @@ struct SupervisorOptions {
   int tick_ms = 100;
   PathRoots paths;     // which files a job may name (--read-root, --write-root)
   std::string tls_ca;  // handed to ranks (ADCTL_TLS_CA) when adctld serves TLS
+  // Launchers: "local" or "slurm" for jobs whose spec names none (--launcher).
+  std::string default_launcher = "local";
+  SlurmOptions slurm;  // slurm.enabled: the slurm launcher exists
+  // Network of multi-node ranks: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (--worker-ifname) and
+  // more environment for every rank (--worker-env K=V), both unless the operator's environment
+  // already sets the variable.
+  std::string worker_ifname;
+  std::vector<std::pair<std::string, std::string>> worker_env;
 };
 
 // "GPU" when any device is a GPU, else "CPU slot": the unit messages count devices in.

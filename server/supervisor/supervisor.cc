@@ -3,9 +3,9 @@
 namespace adctl {
 
 Supervisor::Supervisor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-                       SupervisorObserver* observer, Clock* clock)
+                       SupervisorObserver* observer, Clock* clock, Launcher* slurm)
     : recorder_(store, observer, &changes_),
-      monitor_(options, store, launcher, &recorder_, &changes_, clock),
+      monitor_(options, store, launcher, &recorder_, &changes_, clock, slurm),
       jobs_(options, store, &monitor_, &recorder_, &changes_, clock),
       workers_(store, &recorder_, &changes_, clock, options.heartbeat_interval_ms) {}
 

@@ -30,9 +30,10 @@ namespace adctl {
 
 class Supervisor {
  public:
-  // `observer` may be null; `clock` defaults to the wall clock.
+  // `observer` may be null; `clock` defaults to the wall clock. `launcher` runs local jobs,
+  // `slurm` (null: none) the jobs whose launcher is "slurm".
   Supervisor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-             SupervisorObserver* observer, Clock* clock = SystemClock());
+             SupervisorObserver* observer, Clock* clock = SystemClock(), Launcher* slurm = nullptr);
   ~Supervisor();
 
   Status Start();

@@ -10,6 +10,7 @@ namespace adctl {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr const char* kTiny = R"(
 name: tiny-test
@@ -380,7 +381,17 @@ TEST(JobSpecTest, EnumsParseToTypedValuesAndEmitTheirNames) {
 }
 
 TEST(JobSpecTest, CanonicalYamlHasEveryField) {
-  const std::string yaml = JobSpecToYaml(JobSpec());
+  JobSpec spec;  // the launcher fields are written when set
+  spec.resources.launcher = "slurm";
+  spec.resources.nodes = 2;
+  spec.resources.gpus_per_node = 1;
+  spec.resources.gpus = 2;
+  spec.resources.slurm_account = "a";
+  spec.resources.slurm_partition = "p";
+  spec.resources.slurm_qos = "q";
+  spec.resources.slurm_time_limit = "1:00:00";
+  spec.resources.slurm_extra_args = {"--exclusive"};
+  const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     const std::string key = path.substr(path.find('.') + 1);
     EXPECT_THAT(
@@ -388,6 +399,43 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
         HasSubstr("\n" + std::string(path.find('.') == std::string::npos ? "" : "  ") + key + ": "))
         << path;
   }
+}
+
+TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {
+  auto spec = ParseJobSpec(
+      "model: {preset: tiny}\n"
+      "resources: {launcher: slurm, nodes: 2, gpus_per_node: 4, gpus: 8, slurm_partition: gpu,"
+      " slurm_extra_args: [--exclusive]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->resources.launcher, "slurm");
+  EXPECT_EQ(spec->resources.nodes, 2);
+  const std::string yaml = JobSpecToYaml(spec.value());
+  EXPECT_THAT(yaml, HasSubstr("slurm_partition: \"gpu\""));
+  auto back = ParseJobSpec(yaml);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back.value(), spec.value());
+  // A default spec writes none of them; a rank's copy has them cleared.
+  EXPECT_THAT(JobSpecToYaml(JobSpec()), Not(HasSubstr("launcher")));
+  JobSpec rank_copy = spec.value();
+  ClearLauncherFields(&rank_copy.resources);
+  EXPECT_THAT(JobSpecToYaml(rank_copy), Not(HasSubstr("slurm")));
+
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {launcher: pbs}\n").status().message(),
+      HasSubstr("resources.launcher: must be one of 'local', 'slurm'"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {nodes: 2, gpus_per_node: 2, gpus: 3}\n")
+          .status()
+          .message(),
+      HasSubstr("resources.gpus: must be resources.nodes × resources.gpus_per_node = 4"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {nodes: 2, gpus: 3}\n").status().message(),
+      HasSubstr("do not split evenly"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {launcher: local, nodes: 2, gpus: 2}\n")
+          .status()
+          .message(),
+      HasSubstr("apply to resources.launcher: slurm only"));
 }
 
 TEST(JobSpecTest, DocumentationCoversEveryField) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/job_layout.h"
@@ -68,6 +70,60 @@ TEST(WorkerContractTest, BadArgumentsAreErrors) {
   EXPECT_FALSE(WorkerAssignment::FromArgs({"--spec"}).ok());
   auto st = WorkerAssignment::FromArgs({"--spec", "s", "--world-size", "0"}).status();
   EXPECT_NE(st.message().find("world size"), std::string::npos) << st.ToString();
+}
+
+// What srun sets for task 3 of 4, two per node.
+const char* SlurmTaskEnv(const std::map<std::string, std::string>& env, const char* name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : it->second.c_str();
+}
+
+TEST(WorkerContractTest, RanksFromSlurmReadTheTaskEnvironment) {
+  const std::map<std::string, std::string> env = {{"SLURM_PROCID", "3"},
+                                                  {"SLURM_NTASKS", "4"},
+                                                  {"SLURM_LOCALID", "1"},
+                                                  {"SLURM_NTASKS_PER_NODE", "2"}};
+  auto getenv = [&](const char* name) { return SlurmTaskEnv(env, name); };
+  WorkerAssignment a;
+  a.spec_path = "/data/jobs/j1/spec.yaml";
+  a.job_id = "j1";
+  a.attempt = 2;
+  a.ranks_from = kRanksFromSlurm;
+  a.coordinator = "10.0.0.1:5000";
+  const std::vector<std::string> argv = a.ToArgv();
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "--rank"), 0);
+  auto parsed = WorkerAssignment::FromArgs(argv, getenv);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->rank, 3);
+  EXPECT_EQ(parsed->world_size, 4);
+  EXPECT_EQ(parsed->local_rank, 1);
+  EXPECT_EQ(parsed->local_world_size, 2);
+  EXPECT_EQ(parsed->ranks_from, "slurm");
+  EXPECT_EQ(parsed->coordinator, "10.0.0.1:5000");
+
+  // Without SLURM_NTASKS_PER_NODE: tasks / nodes.
+  auto no_per_node = env;
+  no_per_node.erase("SLURM_NTASKS_PER_NODE");
+  no_per_node["SLURM_NNODES"] = "2";
+  auto from_nodes = WorkerAssignment::FromArgs(
+      argv, [&](const char* name) { return SlurmTaskEnv(no_per_node, name); });
+  ASSERT_TRUE(from_nodes.ok()) << from_nodes.status().ToString();
+  EXPECT_EQ(from_nodes->local_world_size, 2);
+}
+
+TEST(WorkerContractTest, RanksFromSlurmErrorsNameWhatIsWrong) {
+  const std::map<std::string, std::string> none;
+  auto empty = [&](const char* name) { return SlurmTaskEnv(none, name); };
+  auto st = WorkerAssignment::FromArgs({"--spec", "s", "--ranks-from", "slurm"}, empty).status();
+  EXPECT_NE(st.message().find("SLURM_PROCID is not set"), std::string::npos) << st.ToString();
+  st = WorkerAssignment::FromArgs({"--spec", "s", "--ranks-from", "pbs"}, empty).status();
+  EXPECT_NE(st.message().find("unknown source 'pbs'"), std::string::npos) << st.ToString();
+  const std::map<std::string, std::string> env = {
+      {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}};
+  st = WorkerAssignment::FromArgs({"--spec", "s", "--ranks-from", "slurm", "--rank", "0"},
+                                  [&](const char* name) { return SlurmTaskEnv(env, name); })
+           .status();
+  EXPECT_NE(st.message().find("exclude each other"), std::string::npos) << st.ToString();
 }
 
 TEST(JobLayoutTest, NamesEveryFileUnderTheJobDirectory) {

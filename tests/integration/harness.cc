@@ -111,7 +111,7 @@ void Coordinator::Start() {
     execv(AdctldPath().c_str(), argv.data());
     _exit(127);
   }
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 600; ++i) {  // 30 s: a loaded test machine
     std::ifstream in(dir_ + "/data/adctld.json");
     if (in) {
       auto info = nlohmann::json::parse(in, nullptr, false);

@@ -31,15 +31,24 @@ class ScriptedLauncher : public Launcher {
     std::vector<int> signals;
   };
 
-  Result<LaunchedRank> Launch(const RankLaunch& launch) override {
-    Rank r;
-    r.launch = launch;
-    r.pgid = next_pgid_++;
-    ranks_.push_back(r);
-    return LaunchedRank{r.pgid, 1};
+  std::string name() const override { return "local"; }
+  Result<LaunchedAttempt> LaunchAttempt(const AttemptLaunch& launch) override {
+    LaunchedAttempt out;
+    for (const RankLaunch& l : launch.ranks) {
+      Rank r;
+      r.launch = l;
+      r.pgid = next_pgid_++;
+      ranks_.push_back(r);
+      RankHandle h;
+      h.pgid = r.pgid;
+      h.start_time = 1;
+      h.exit_path = l.exit_path;
+      out.ranks.push_back(h);
+    }
+    return out;
   }
-  Status Signal(pid_t pgid, int signal) override {
-    Rank& r = ByPgid(pgid);
+  Status Signal(const RankHandle& handle, int signal) override {
+    Rank& r = ByPgid(handle.pgid);
     r.signals.push_back(signal);
     if (signal == SIGKILL) {
       if (r.running) End(&r, ExitStatus{0, SIGKILL}, /*write_exit_file=*/false);
@@ -58,11 +67,13 @@ class ScriptedLauncher : public Launcher {
     }
     return out;
   }
-  bool Alive(pid_t pgid, uint64_t) override { return ByPgid(pgid).running; }
-  bool GroupExists(pid_t pgid) override {
-    const Rank& r = ByPgid(pgid);
+  bool ReapsItsRanks() const override { return true; }
+  bool Alive(const RankHandle& h) override { return ByPgid(h.pgid).running; }
+  bool HasLeftovers(const RankHandle& h) override {
+    const Rank& r = ByPgid(h.pgid);
     return r.running || r.leftover;
   }
+  void KillLeftovers(const RankHandle& h) override { (void)Signal(h, SIGKILL); }
   Result<ExitStatus> ReadExit(const std::string& exit_path) override {
     for (const Rank& r : ranks_) {
       if (r.launch.exit_path == exit_path && r.exit_file) return *r.exit_file;

@@ -80,5 +80,47 @@ TEST(LaunchPlanTest, BaseEnvironmentDropsRankOwnedVariablesAndAddsDefaults) {
   EXPECT_EQ(ToMap(PlanAttemptLaunch(cpu, {})[1].env).count("CUDA_DEVICE_ORDER"), 0u);
 }
 
+TEST(LaunchPlanTest, ClusterRanksShareOneCommandLineAndTheOperatorsNetworkSettings) {
+  AttemptLaunchInput in = Input({"slurm:0", "slurm:1"});
+  in.cluster = true;
+  in.cluster_gpus = true;
+  in.worker_ifname = "ib0";
+  in.worker_env = {{"NCCL_IB_HCA", "mlx5"}, {"NCCL_NVLS_ENABLE", "1"}, {"NCCL_DEBUG", "x"}};
+  const EnvList base = WorkerBaseEnvironment({"PATH=/usr/bin", "NCCL_DEBUG=WARN"}, in);
+  auto env = ToMap(base);  // also: nothing set twice
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "ib0");
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "ib0");
+  EXPECT_EQ(env["NCCL_IB_HCA"], "mlx5");
+  EXPECT_EQ(env["NCCL_NVLS_ENABLE"], "1");  // the operator's over adctld's default
+  EXPECT_EQ(env["NCCL_DEBUG"], "WARN");     // adctld's own environment over --worker-env
+  const auto plan = PlanAttemptLaunch(in, base);
+  // A GPU task's CUDA_VISIBLE_DEVICES is Slurm's (--gpus-per-task=1).
+  EXPECT_EQ(ToMap(plan[0].env).count("CUDA_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(ToMap(plan[0].env)[kWorkerTokenEnv], "secret");
+
+  const std::vector<std::string> argv = PlanClusterArgv(in);
+  ASSERT_GE(argv.size(), 2u);
+  EXPECT_EQ(argv[0], "/bin/adworker");
+  EXPECT_EQ(argv[1], "train");
+  const std::map<std::string, std::string> task = {
+      {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"}};
+  auto a = WorkerAssignment::FromArgs({argv.begin() + 2, argv.end()}, [&](const char* name) {
+    auto it = task.find(name);
+    return it == task.end() ? nullptr : it->second.c_str();
+  });
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->rank, 1);
+  EXPECT_EQ(a->world_size, 2);
+  EXPECT_EQ(a->attempt, 2);
+  EXPECT_EQ(a->coordinator, "127.0.0.1:7000");
+
+  // CPU tasks: no GPU, one OpenMP thread per CPU Slurm gives the task.
+  in.cluster_gpus = false;
+  in.cpus_per_task = 3;
+  const EnvList cpu = WorkerBaseEnvironment({}, in);
+  EXPECT_EQ(ToMap(cpu)["OMP_NUM_THREADS"], "3");
+  EXPECT_EQ(ToMap(PlanAttemptLaunch(in, cpu)[1].env)["CUDA_VISIBLE_DEVICES"], "");
+}
+
 }  // namespace
 }  // namespace adctl

@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 7);
+  EXPECT_EQ(store_->schema_version(), 8);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -100,6 +100,8 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN hang_timeout_seconds; "
                          "ALTER TABLE attempts DROP COLUMN token_sha256; "
                          "ALTER TABLE jobs DROP COLUMN rendezvous_timeout_seconds; "
+                         "ALTER TABLE jobs DROP COLUMN launcher; "
+                         "ALTER TABLE attempts DROP COLUMN cluster_job; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -108,9 +110,11 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 7);
+  EXPECT_EQ(store_->schema_version(), 8);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
+  EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
+  EXPECT_EQ(store_->GetJob("j-old")->cluster_job, "");
   SampleRecord sample;
   sample.job_id = "j-old";
   sample.step = 2;
