@@ -79,13 +79,7 @@ void CloseFdsFrom(int first, int limit) {
 
   pid_t worker = fork();
   if (worker == 0) {
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ResetSignalsForExec();
     execve(executable, argv, envp);
     const char msg[] = "adctld launcher: execve failed for the worker binary\n";
     WriteAll(2, msg, sizeof(msg) - 1);

@@ -102,4 +102,14 @@ Result<ExitStatus> ReadExitFile(const std::string& path) {
   return st;
 }
 
+void ResetSignalsForExec() {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
 }  // namespace adctl

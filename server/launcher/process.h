@@ -24,6 +24,10 @@ bool ProcessGroupExists(pid_t pgid);
 // killpg that treats "no such group" as success.
 Status SignalProcessGroup(pid_t pgid, int signal);
 
+// In a forked child before exec: every signal back to its default action and none blocked
+// (adctld's handlers and masks must not reach a worker or a Slurm command). Async-signal-safe.
+void ResetSignalsForExec();
+
 // How a rank's process ended.
 struct ExitStatus {
   int exit_code = 0;             // valid when signal == 0

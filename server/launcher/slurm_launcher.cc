@@ -81,13 +81,7 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t pid = fork();
   if (pid == 0) {
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ResetSignalsForExec();
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
     dup2(out_pipe[1], 1);

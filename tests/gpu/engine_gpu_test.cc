@@ -80,6 +80,21 @@ class RecordingReporter : public Reporter {
   std::vector<std::string> events;
 };
 
+// Trains the tiny preset in `job_dir` with the spec after `name: g` and `model: {preset: tiny}`;
+// the exit code, with what was reported in `rep`.
+int TrainTiny(const std::string& spec_rest, const fs::path& job_dir, RecordingReporter& rep) {
+  auto spec = ParseJobSpec("name: g\nmodel: {preset: tiny}\n" + spec_rest);
+  if (!spec.ok()) {
+    rep.events.push_back(spec.status().ToString());
+    return kExitBadSpec;
+  }
+  TrainerOptions o;
+  o.spec = *spec;
+  o.job_dir = job_dir.string();
+  o.reporter = &rep;
+  return RunTrainer(o);
+}
+
 // bf16 training of the tiny preset with each attention-kernel choice (train.attention): losses
 // finite, peak memory reported, checkpoints committed, verified and pruned by retention.
 class Bf16TinyTraining : public EngineGpuTest, public ::testing::WithParamInterface<std::string> {};
@@ -87,20 +102,17 @@ class Bf16TinyTraining : public EngineGpuTest, public ::testing::WithParamInterf
 TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
   const auto dir =
       fs::temp_directory_path() / ("adctl-gpu-" + GetParam() + "-" + std::to_string(::getpid()));
-  auto spec = ParseJobSpec(
-      "name: g\nmodel: {preset: tiny}\n"
-      "data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, width: 16, text_len: 4}\n"
-      "train: {max_steps: 8, batch_size: 4, lr: 1.0e-3, precision: bf16, attention: " +
-      GetParam() +
-      "}\n"
-      "checkpoint: {every_steps: 2, keep_last: 2}\n");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   RecordingReporter rep;
-  TrainerOptions o;
-  o.spec = *spec;
-  o.job_dir = dir.string();
-  o.reporter = &rep;
-  ASSERT_EQ(RunTrainer(o), kExitOk) << (rep.events.empty() ? "" : rep.events.back());
+  ASSERT_EQ(
+      TrainTiny("data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, width: 16, "
+                "text_len: 4}\n"
+                "train: {max_steps: 8, batch_size: 4, lr: 1.0e-3, precision: bf16, attention: " +
+                    GetParam() +
+                    "}\n"
+                    "checkpoint: {every_steps: 2, keep_last: 2}\n",
+                dir, rep),
+      kExitOk)
+      << (rep.events.empty() ? "" : rep.events.back());
   ASSERT_EQ(rep.steps.size(), 8u);
   for (const auto& s : rep.steps) {
     EXPECT_TRUE(std::isfinite(s.loss));
@@ -196,21 +208,17 @@ TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
   for (bool graphs : {false, true}) {
     const auto dir = fs::temp_directory_path() / ("adctl-gpu-graph-" + std::to_string(graphs) +
                                                   "-" + std::to_string(::getpid()));
-    auto spec = ParseJobSpec(
-        "name: g\nmodel: {preset: tiny}\n"
-        "data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, width: 16, text_len: 4}\n"
-        "train: {max_steps: 8, batch_size: 2, grad_accum: 2, lr: 1.0e-3, precision: bf16, "
-        "cuda_graphs: " +
-        std::string(graphs ? "true" : "false") +
-        "}\n"
-        "checkpoint: {enabled: false}\n");
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     RecordingReporter rep;
-    TrainerOptions o;
-    o.spec = *spec;
-    o.job_dir = dir.string();
-    o.reporter = &rep;
-    ASSERT_EQ(RunTrainer(o), kExitOk) << (rep.events.empty() ? "" : rep.events.back());
+    ASSERT_EQ(TrainTiny("data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, "
+                        "width: 16, text_len: 4}\n"
+                        "train: {max_steps: 8, batch_size: 2, grad_accum: 2, lr: 1.0e-3, "
+                        "precision: bf16, cuda_graphs: " +
+                            std::string(graphs ? "true" : "false") +
+                            "}\n"
+                            "checkpoint: {enabled: false}\n",
+                        dir, rep),
+              kExitOk)
+        << (rep.events.empty() ? "" : rep.events.back());
     for (const auto& s : rep.steps) losses[graphs].push_back(s.loss);
     bool captured = false;
     for (const auto& e : rep.events) captured = captured || e.find("captured") != std::string::npos;

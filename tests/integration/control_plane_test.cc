@@ -21,24 +21,10 @@ namespace fs = std::filesystem;
 
 // The tiny job from the README. `steps` optimizer steps, a checkpoint every 2.
 std::string TinySpec(int steps, int max_restarts = 0, int gpus = 1, double grace = 20) {
-  return "name: tiny\n"
-         "model: {preset: tiny}\n"
-         "data: {kind: synthetic, num_samples: 16, frames: 4, height: 8, width: 8}\n"
-         "train: {max_steps: " +
-         std::to_string(steps) +
-         ", batch_size: 1}\n"
-         "checkpoint: {every_steps: 2, keep_last: 2}\n"
-         "resources: {gpus: " +
-         std::to_string(gpus) + ", max_restarts: " + std::to_string(max_restarts) +
-         ", grace_seconds: " + std::to_string(grace) + "}\n";
-}
-
-int64_t Step(const nlohmann::json& job) {
-  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
-}
-int64_t CheckpointStep(const nlohmann::json& job) {
-  return job.contains("progress") ? std::stoll(job["progress"].value("last_checkpoint_step", "0"))
-                                  : 0;
+  return TinyJobSpec("tiny", steps,
+                     "gpus: " + std::to_string(gpus) +
+                         ", max_restarts: " + std::to_string(max_restarts) +
+                         ", grace_seconds: " + std::to_string(grace));
 }
 
 class ControlPlaneTest : public ::testing::Test {

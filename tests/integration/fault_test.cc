@@ -18,10 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int64_t Step(const nlohmann::json& job) {
-  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
-}
-
 // A tmpfs of `megabytes` at `path`, unmounted (lazily) when this goes away.
 class SmallDisk {
  public:

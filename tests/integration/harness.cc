@@ -31,6 +31,28 @@ std::string AdworkerPath() {
 bool PidAlive(int pid) { return pid > 0 && ProcessAlive(pid, 0); }
 bool GroupAlive(int pgid) { return pgid > 1 && ProcessGroupExists(pgid); }
 
+std::string TinyJobSpec(const std::string& name, int steps, const std::string& resources) {
+  return "name: " + name +
+         "\n"
+         "model: {preset: tiny}\n"
+         "data: {kind: synthetic, num_samples: 16, frames: 4, height: 8, width: 8}\n"
+         "train: {max_steps: " +
+         std::to_string(steps) +
+         ", batch_size: 1}\n"
+         "checkpoint: {every_steps: 2, keep_last: 2}\n"
+         "resources: {" +
+         resources + "}\n";
+}
+
+int64_t Step(const nlohmann::json& job) {
+  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
+}
+
+int64_t CheckpointStep(const nlohmann::json& job) {
+  return job.contains("progress") ? std::stoll(job["progress"].value("last_checkpoint_step", "0"))
+                                  : 0;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

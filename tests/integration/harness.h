@@ -89,6 +89,13 @@ class Coordinator {
 std::string AdctldPath();
 std::string AdctlPath();
 std::string AdworkerPath();
+// The README's tiny job (preset tiny, 16 synthetic clips of 4×8×8, batch 1, a checkpoint every
+// 2 steps, the last 2 kept) with `steps` optimizer steps; `resources` is the body of its
+// resources mapping ("gpus: 2, max_restarts: 1").
+std::string TinyJobSpec(const std::string& name, int steps, const std::string& resources);
+// A described job's progress.step and progress.last_checkpoint_step (0 before any).
+int64_t Step(const nlohmann::json& job);
+int64_t CheckpointStep(const nlohmann::json& job);
 // The whole file ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 // True when some live (non-zombie) process has this pid or is in this process group.

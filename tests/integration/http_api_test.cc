@@ -25,10 +25,6 @@ const char* kLongSpec =
     "checkpoint: {every_steps: 2, keep_last: 2}\n"
     "resources: {gpus: 1, grace_seconds: 20}\n";
 
-int64_t Step(const nlohmann::json& job) {
-  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
-}
-
 int64_t AsInt(const nlohmann::json& v) {
   return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
 }

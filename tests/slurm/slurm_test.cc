@@ -20,24 +20,11 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string SlurmSpec(int steps, int max_restarts = 0) {
-  return "name: slurm-tiny\n"
-         "model: {preset: tiny}\n"
-         "data: {kind: synthetic, num_samples: 16, frames: 4, height: 8, width: 8}\n"
-         "train: {max_steps: " +
-         std::to_string(steps) +
-         ", batch_size: 1}\n"
-         "checkpoint: {every_steps: 2, keep_last: 2}\n"
-         "resources: {launcher: slurm, gpus: 2, max_restarts: " +
-         std::to_string(max_restarts) + ", grace_seconds: 20}\n";
+  return TinyJobSpec("slurm-tiny", steps,
+                     "launcher: slurm, gpus: 2, max_restarts: " + std::to_string(max_restarts) +
+                         ", grace_seconds: 20");
 }
 
-int64_t Step(const nlohmann::json& job) {
-  return job.contains("progress") ? std::stoll(job["progress"].value("step", "0")) : 0;
-}
-int64_t CheckpointStep(const nlohmann::json& job) {
-  return job.contains("progress") ? std::stoll(job["progress"].value("last_checkpoint_step", "0"))
-                                  : 0;
-}
 std::string ClusterJob(const nlohmann::json& job) {
   return job.contains("cluster_job") ? job["cluster_job"].value("id", "") : "";
 }
