@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-host Slurm for tests: munge + slurmctld + slurmd on loopback, everything under
-# DIR (../shared/docs/slurm-local.md, as seen working on Debian 12 as root without systemd).
+# DIR (the configuration written below is complete: it works on Debian 12 as root without systemd).
 #
 #   local_cluster.sh start DIR   writes DIR/slurm.conf, starts the daemons, waits until the node
 #                                is idle; exit 0 and "SLURM_CONF=DIR/slurm.conf" on stdout, or
