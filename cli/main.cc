@@ -417,10 +417,13 @@ int Checkpoints(Client& c, const Globals& g, const std::string& job_id) {
   v1::ListCheckpointsResponse resp;
   if (int rc = c.Call(&Stub::ListCheckpoints, req, &resp); rc != 0) return rc;
   if (PrintedAsJson(g, resp)) return 0;
-  Table t({"STEP", "SIZE", "ON DISK", "ATTEMPT", "PATH"});
+  // SAVE: the background write; STALL: the training time it took (both as rank 0 reported them).
+  Table t({"STEP", "SIZE", "ON DISK", "ATTEMPT", "SAVE", "STALL", "PATH"});
+  auto seconds = [](double s) { return s > 0 ? FormatSeconds(s) : std::string("-"); };
   for (const auto& ck : resp.checkpoints()) {
     t.Add({std::to_string(ck.step()), FormatBytes(ck.size_bytes()), ck.on_disk() ? "yes" : "no",
-           ck.attempt() ? std::to_string(ck.attempt()) : "-", ck.path()});
+           ck.attempt() ? std::to_string(ck.attempt()) : "-", seconds(ck.save_seconds()),
+           seconds(ck.stall_seconds()), ck.path()});
   }
   std::cout << t.ToString();
   return 0;

@@ -44,6 +44,18 @@ std::string FormatDuration(double seconds) {
   return buf;
 }
 
+std::string FormatSeconds(double seconds) {
+  char buf[32];
+  if (seconds < 1) {
+    snprintf(buf, sizeof(buf), "%.2fs", seconds);
+  } else if (seconds < 10) {
+    snprintf(buf, sizeof(buf), "%.1fs", seconds);
+  } else {
+    return FormatDuration(seconds);
+  }
+  return buf;
+}
+
 std::string FormatBytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

@@ -18,6 +18,8 @@ std::string StateName(v1::JobState state);
 bool IsTerminalState(v1::JobState state);
 // 4 → "4s", 125 → "2m05s", 7300 → "2h01m".
 std::string FormatDuration(double seconds);
+// 0.114 → "0.11s", 7.93 → "7.9s", 42 → "42s" (FormatDuration from 10 s).
+std::string FormatSeconds(double seconds);
 std::string FormatBytes(int64_t bytes);
 // "4/6 (67%)" or "-" before the first step.
 std::string FormatProgress(const v1::Progress& p);

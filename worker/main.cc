@@ -47,25 +47,9 @@ class JsonlReporter : public Reporter {
            {"total_steps", total_steps}});
   }
   void OnStep(const StepReport& r) override {
-    Write({{"event", "step"},
-           {"step", r.step},
-           {"total_steps", r.total_steps},
-           {"loss", r.loss},
-           {"learning_rate", r.learning_rate},
-           {"grad_norm", r.grad_norm},
-           {"step_seconds", r.step_seconds},
-           {"data_wait_seconds", r.data_wait_seconds},
-           {"allreduce_exposed_seconds", r.allreduce_exposed_seconds},
-           {"clips_per_second", r.clips_per_second},
-           {"samples_seen", r.samples_seen},
-           {"peak_memory_bytes", r.peak_memory_bytes},
-           {"mfu_ratio", r.mfu_ratio},
-           {"gpu_utilization", r.device.utilization},
-           {"gpu_memory_used_bytes", r.device.memory_used_bytes},
-           {"gpu_memory_total_bytes", r.device.memory_total_bytes},
-           {"gpu_power_watts", r.device.power_watts},
-           {"gpu_temperature_celsius", r.device.temperature_celsius},
-           {"gpu_sm_clock_hertz", r.device.sm_clock_hertz}});
+    nlohmann::json line = {{"event", "step"}};
+    ForEachMetricValue(r, [&](const char* name, const auto& v) { line[name] = v; });
+    Write(line);
   }
   void OnCheckpoint(const CheckpointReport& r) override {
     Write({{"event", "checkpoint"},
@@ -238,6 +222,15 @@ int main(int argc, char** argv) {
   videos->add_option("--out", videos_out, "output directory")->required();
   videos->add_option("--clips", video_clips, "number of videos")->check(CLI::Range(1, 100000));
   videos->add_option("--seed", video_seed, "seed");
+  SyntheticVideoFormat video_format;  // 0: the mixed sizes, lengths and rates
+  videos->add_option("--width", video_format.width, "every clip this wide (even)")
+      ->check(CLI::NonNegativeNumber);
+  videos->add_option("--height", video_format.height, "every clip this high (even)")
+      ->check(CLI::NonNegativeNumber);
+  videos->add_option("--frames", video_format.frames, "every clip this long")
+      ->check(CLI::Range(0, 100000));
+  videos->add_option("--fps", video_format.fps, "every clip at this rate")
+      ->check(CLI::NonNegativeNumber);
 
   std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, sampling_io, io_out;
   AdamWParityOptions adamw;
@@ -343,7 +336,7 @@ int main(int argc, char** argv) {
   }
   if (*videos) {
     QuietFfmpegLogs();
-    auto st = MakeVideos(videos_out, video_clips, video_seed);
+    auto st = MakeVideos(videos_out, video_clips, video_seed, video_format);
     if (!st.ok()) {
       spdlog::error("{}", st.ToString());
       return kExitCrash;

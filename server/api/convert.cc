@@ -1,11 +1,11 @@
 #include "server/api/convert.h"
 
-#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
-#include <type_traits>
+
+#include "proto/metric_point.h"
 
 namespace adctl {
 
@@ -78,36 +78,17 @@ void EventToProto(const EventRecord& e, v1::Event* out) {
   out->set_message(e.message);
 }
 
-// The MetricPoint field of one ForEachMetricValue entry (same name; checked by convert_test).
-static const google::protobuf::FieldDescriptor* MetricField(const char* name) {
-  return v1::MetricPoint::descriptor()->FindFieldByName(name);
-}
-
 void MetricToProto(const MetricRecord& m, v1::MetricPoint* out) {
   out->set_job_id(m.job_id);
   out->set_attempt(m.attempt);
   out->set_rank(m.rank);
-  const google::protobuf::Reflection* reflection = out->GetReflection();
-  ForEachMetricValue(m, [&](const char* name, const auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
-      reflection->SetDouble(out, MetricField(name), v);
-    } else {
-      reflection->SetInt64(out, MetricField(name), v);
-    }
-  });
+  MetricValuesToProto(m, out);
   out->set_eta_seconds(EtaSeconds(m.step, m.total_steps, m.step_seconds));
 }
 
 MetricRecord MetricFromProto(const v1::MetricPoint& p) {
   MetricRecord m;
-  const google::protobuf::Reflection* reflection = p.GetReflection();
-  ForEachMetricValue(m, [&](const char* name, auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
-      v = reflection->GetDouble(p, MetricField(name));
-    } else {
-      v = reflection->GetInt64(p, MetricField(name));
-    }
-  });
+  MetricValuesFromProto(p, &m);
   return m;
 }
 
@@ -128,6 +109,7 @@ void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {
   out->set_size_bytes(checkpoint.size_bytes);
   out->set_created_at(checkpoint.created_at);
   out->set_save_seconds(checkpoint.save_seconds);
+  out->set_stall_seconds(checkpoint.stall_seconds);
   out->set_attempt(checkpoint.attempt);
   out->set_on_disk(checkpoint.on_disk);
 }

@@ -150,6 +150,7 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
       out.size_bytes = c.size_bytes;
       out.created_at = c.created_at;
       out.save_seconds = c.save_seconds;
+      out.stall_seconds = c.stall_seconds;
       out.attempt = c.attempt;
     }
   }

@@ -30,7 +30,9 @@ struct CheckpointView {
   std::string path;
   int64_t size_bytes = 0;
   double created_at = 0;
-  double save_seconds = 0;  // as rank 0 reported it; 0 for a checkpoint only found on disk
+  // As rank 0 reported them; 0 for a checkpoint only found on disk.
+  double save_seconds = 0;
+  double stall_seconds = 0;
   bool on_disk = false;
 };
 

@@ -83,6 +83,7 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
         c.path = e.checkpoint().path();
         c.size_bytes = e.checkpoint().size_bytes();
         c.save_seconds = e.checkpoint().save_seconds();
+        c.stall_seconds = e.checkpoint().stall_seconds();
         c.created_at = e.time();
         st = hub_->ReportCheckpoint(ref.job_id(), ref.attempt(), ref.rank(), c);
         if (st.code() == StatusCode::kPermissionDenied) {

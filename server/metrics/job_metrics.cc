@@ -36,17 +36,6 @@ constexpr ReadingField kReadingFields[] = {
      [](const DeviceReading& r) { return r.sm_clock_hertz; }},
 };
 
-DeviceReading ReadingOf(const MetricRecord& m) {
-  DeviceReading r;
-  r.utilization = m.gpu_utilization;
-  r.memory_used_bytes = m.gpu_memory_used_bytes;
-  r.memory_total_bytes = m.gpu_memory_total_bytes;
-  r.power_watts = m.gpu_power_watts;
-  r.temperature_celsius = m.gpu_temperature_celsius;
-  r.sm_clock_hertz = m.gpu_sm_clock_hertz;
-  return r;
-}
-
 bool Measured(const DeviceReading& r) {
   for (const ReadingField& f : kReadingFields) {
     if (f.get(r) >= 0) return true;
@@ -108,6 +97,11 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                              .Name("adctl_train_allreduce_exposed_seconds_total")
                              .Help("All-reduce time not hidden behind backward.")
                              .Register(*registry_)),
+      videos_skipped_(BuildGauge()
+                          .Name("adctl_preprocess_videos_skipped")
+                          .Help("Videos a preprocess rank's shards skipped so far, by reason "
+                                "(missing, unreadable, zero_frames, truncated, too_short).")
+                          .Register(*registry_)),
       peak_memory_(BuildGauge()
                        .Name("adctl_train_peak_memory_bytes")
                        .Help("Device memory high-water mark of a rank.")
@@ -166,7 +160,7 @@ const std::vector<std::string>& JobMetrics::RankDevices(const std::string& job_i
 }
 
 void JobMetrics::UpdateRankDevice(const MetricRecord& m) {
-  const DeviceReading reading = ReadingOf(m);
+  const DeviceReading reading = DeviceValuesOf(m);
   if (!Measured(reading)) return;
   std::string gpu, uuid, model;
   {
@@ -278,6 +272,15 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
       WithSeries(peak_memory_, m.job_id, per_rank, set(static_cast<double>(m.peak_memory_bytes)));
     }
     UpdateRankDevice(m);
+    int64_t skipped = 0;
+    ForEachVideoSkipCount(m, [&](const char*, int64_t n) { skipped += n; });
+    if (skipped > 0) {  // preprocess ranks that skipped something: every reason, zeros too
+      ForEachVideoSkipCount(m, [&](const char* reason, int64_t n) {
+        prometheus::Labels labels = per_rank;
+        labels["reason"] = reason;
+        WithSeries(videos_skipped_, m.job_id, labels, set(static_cast<double>(n)));
+      });
+    }
     if (m.rank != 0) continue;
     const prometheus::Labels job{{"job_id", m.job_id}};
     WithSeries(loss_, m.job_id, job, set(m.loss));
@@ -297,7 +300,7 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
 
 void JobMetrics::OnCheckpoint(const CheckpointRecord& c) {
   const prometheus::Labels job{{"job_id", c.job_id}};
-  const double at = c.created_at > 0 ? c.created_at : NowSeconds();
+  const double at = c.created_at > 0 ? c.created_at : store_->clock()->Now();
   WithSeries(checkpoint_last_success_, c.job_id, job, [at](prometheus::Gauge& g) { g.Set(at); });
   WithSeries(checkpoint_size_, c.job_id, job,
              [&](prometheus::Gauge& g) { g.Set(static_cast<double>(c.size_bytes)); });
@@ -310,7 +313,7 @@ void JobMetrics::OnRestart(const std::string& job_id) {
 
 void JobMetrics::OnJobFinished(const std::string& job_id, JobState /*state*/) {
   std::lock_guard<std::mutex> lock(mu_);
-  finished_at_[job_id] = NowSeconds();
+  finished_at_[job_id] = store_->clock()->Now();
 }
 
 void JobMetrics::DropJob(const std::string& job_id) {
@@ -367,7 +370,7 @@ std::string JobMetrics::Scrape() {
   if (live) UpdateNodeDevices(live());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const double now = NowSeconds();
+    const double now = store_->clock()->Now();
     for (auto it = finished_at_.begin(); it != finished_at_.end();) {
       if (now - it->second >= retain_seconds_) {
         DropJob(it->first);

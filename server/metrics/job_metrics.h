@@ -81,6 +81,7 @@ class JobMetrics : public SupervisorObserver {
   prometheus::Family<prometheus::Histogram>& step_duration_;
   prometheus::Family<prometheus::Counter>& data_wait_;
   prometheus::Family<prometheus::Counter>& allreduce_exposed_;
+  prometheus::Family<prometheus::Gauge>& videos_skipped_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& checkpoint_last_success_;
   prometheus::Family<prometheus::Gauge>& checkpoint_size_;

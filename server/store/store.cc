@@ -15,10 +15,6 @@
 
 namespace adctl {
 
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 namespace {
 
 // Versioned schema. Append a migration, never edit one that shipped: the index + 1 is the
@@ -186,6 +182,18 @@ ALTER TABLE jobs ADD COLUMN rendezvous_timeout_seconds REAL NOT NULL DEFAULT 120
     R"sql(
 ALTER TABLE jobs ADD COLUMN launcher TEXT NOT NULL DEFAULT 'local';
 ALTER TABLE attempts ADD COLUMN cluster_job TEXT NOT NULL DEFAULT '';
+)sql",
+    // 9: the training time a checkpoint took (the rest of its save runs in the background).
+    R"sql(
+ALTER TABLE checkpoints ADD COLUMN stall_seconds REAL NOT NULL DEFAULT 0;
+)sql",
+    // 10: preprocess ranks' skipped videos, by reason.
+    R"sql(
+ALTER TABLE metrics ADD COLUMN videos_skipped_missing INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE metrics ADD COLUMN videos_skipped_unreadable INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE metrics ADD COLUMN videos_skipped_zero_frames INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE metrics ADD COLUMN videos_skipped_truncated INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE metrics ADD COLUMN videos_skipped_too_short INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 
@@ -358,7 +366,7 @@ Result<std::vector<JobRecord>> CollectJobs(Stmt& s) {
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const Clock* clock) {
   // The owner's alone (SQLite gives its -wal and -shm files the same mode): it holds every job's
   // spec, events and the worker-token hashes.
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -376,6 +384,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     return Unavailable("cannot open database " + path + ": " + msg);
   }
   std::unique_ptr<Store> store(new Store(db));
+  store->clock_ = clock;
   sqlite3_busy_timeout(db, 5000);
   ADCTL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   ADCTL_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
@@ -534,7 +543,7 @@ Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobStat
   Status legal = CheckTransition(from, to);
   if (!legal.ok()) return FailedPrecondition("job " + id + ": " + legal.message());
 
-  const double now = NowSeconds();
+  const double now = clock_->Now();
   JobRecord j = job.value();
   j.state = to;
   j.message = message;
@@ -711,7 +720,7 @@ Result<int64_t> Store::AddEventLocked(const EventRecord& e) {
          "INSERT INTO events (job_id, attempt, time, kind, from_state, to_state, level, message)"
          " VALUES (?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(e.job_id).Bind(e.attempt).Bind(e.time > 0 ? e.time : NowSeconds()).Bind(e.kind);
+  s.Bind(e.job_id).Bind(e.attempt).Bind(e.time > 0 ? e.time : clock_->Now()).Bind(e.kind);
   if (e.from_state) {
     s.Bind(static_cast<int>(*e.from_state));
   } else {
@@ -866,10 +875,12 @@ Status Store::AddCheckpoint(const CheckpointRecord& c) {
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   Stmt s(db_,
          "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, size_bytes, "
-         "save_seconds, created_at) VALUES (?,?,?,?,?,?,?)");
+         "save_seconds, stall_seconds, created_at) VALUES (?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(c.job_id).Bind(c.step).Bind(c.attempt).Bind(c.path).Bind(c.size_bytes);
-  s.Bind(c.save_seconds).Bind(c.created_at > 0 ? c.created_at : NowSeconds());
+  s.Bind(c.save_seconds)
+      .Bind(c.stall_seconds)
+      .Bind(c.created_at > 0 ? c.created_at : clock_->Now());
   ADCTL_RETURN_IF_ERROR(s.Run());
   Stmt p(db_, "UPDATE jobs SET last_checkpoint_step=MAX(last_checkpoint_step, ?) WHERE id=?");
   ADCTL_RETURN_IF_ERROR(p.prepare_status());
@@ -889,7 +900,7 @@ Status Store::AddSamples(const std::vector<SampleRecord>& samples) {
     ADCTL_RETURN_IF_ERROR(s.prepare_status());
     s.Bind(r.job_id).Bind(r.step).Bind(static_cast<int64_t>(r.index)).Bind(r.attempt);
     s.Bind(r.prompt).Bind(r.mp4).Bind(r.gif).Bind(r.render_seconds);
-    s.Bind(r.created_at > 0 ? r.created_at : NowSeconds());
+    s.Bind(r.created_at > 0 ? r.created_at : clock_->Now());
     ADCTL_RETURN_IF_ERROR(s.Run());
   }
   return txn.Commit();
@@ -924,7 +935,8 @@ Result<std::vector<SampleRecord>> Store::ListSamples(const std::string& job_id, 
 Result<std::vector<CheckpointRecord>> Store::ListCheckpoints(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_,
-         "SELECT step, attempt, path, size_bytes, save_seconds, created_at FROM checkpoints "
+         "SELECT step, attempt, path, size_bytes, save_seconds, created_at, stall_seconds "
+         "FROM checkpoints "
          "WHERE job_id=? ORDER BY step");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(job_id);
@@ -940,6 +952,7 @@ Result<std::vector<CheckpointRecord>> Store::ListCheckpoints(const std::string& 
     c.size_bytes = s.Int(3);
     c.save_seconds = s.Double(4);
     c.created_at = s.Double(5);
+    c.stall_seconds = s.Double(6);
     out.push_back(c);
   }
   return out;

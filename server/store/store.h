@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/metric_values.h"
 #include "common/status.h"
 #include "server/store/job_state.h"
 
@@ -101,60 +103,14 @@ struct EventRecord {
   std::string message;
 };
 
-struct MetricRecord {
+// One rank's metric point as stored: the measured values (common/metric_values.h, whose
+// ForEachMetricValue names the columns) and who sent them.
+struct MetricRecord : MetricValues {
   int64_t id = 0;
   std::string job_id;
   int attempt = 0;
   int rank = 0;
-  int64_t step = 0;
-  int64_t total_steps = 0;
-  double time = 0;
-  double loss = 0;
-  double learning_rate = 0;
-  double grad_norm = 0;
-  double step_seconds = 0;
-  double data_wait_seconds = 0;
-  double allreduce_exposed_seconds = 0;
-  double clips_per_second = 0;
-  int64_t samples_seen = 0;
-  int64_t peak_memory_bytes = 0;
-  double mfu_ratio = 0;  // model FLOPs utilisation of the rank's GPU; 0 unknown (CPU)
-  // The rank's device (v1::MetricPoint, common/nvml.h); negative: not measured.
-  double gpu_utilization = -1;
-  int64_t gpu_memory_used_bytes = -1;
-  int64_t gpu_memory_total_bytes = -1;
-  double gpu_power_watts = -1;
-  double gpu_temperature_celsius = -1;
-  double gpu_sm_clock_hertz = -1;
 };
-
-// The measured values of one metric point, listed once: the store's columns and the conversion
-// to and from v1::MetricPoint (server/api/convert.cc, by field name) come from this list, and a
-// test checks it against the proto. Adding a metric: the MetricPoint field, a member above, a
-// line here and a migration adding its column; then its uses (the worker's report, Prometheus,
-// the CLI).
-template <typename Record, typename F>
-void ForEachMetricValue(Record& m, F&& f) {
-  f("step", m.step);
-  f("total_steps", m.total_steps);
-  f("time", m.time);
-  f("loss", m.loss);
-  f("learning_rate", m.learning_rate);
-  f("grad_norm", m.grad_norm);
-  f("step_seconds", m.step_seconds);
-  f("data_wait_seconds", m.data_wait_seconds);
-  f("allreduce_exposed_seconds", m.allreduce_exposed_seconds);
-  f("clips_per_second", m.clips_per_second);
-  f("samples_seen", m.samples_seen);
-  f("peak_memory_bytes", m.peak_memory_bytes);
-  f("mfu_ratio", m.mfu_ratio);
-  f("gpu_utilization", m.gpu_utilization);
-  f("gpu_memory_used_bytes", m.gpu_memory_used_bytes);
-  f("gpu_memory_total_bytes", m.gpu_memory_total_bytes);
-  f("gpu_power_watts", m.gpu_power_watts);
-  f("gpu_temperature_celsius", m.gpu_temperature_celsius);
-  f("gpu_sm_clock_hertz", m.gpu_sm_clock_hertz);
-}
 
 struct CheckpointRecord {
   std::string job_id;
@@ -162,7 +118,8 @@ struct CheckpointRecord {
   int64_t step = 0;
   std::string path;
   int64_t size_bytes = 0;
-  double save_seconds = 0;
+  double save_seconds = 0;   // writing, hashing and committing it (in the background)
+  double stall_seconds = 0;  // training time it took (copying the state to host memory)
   double created_at = 0;
 };
 
@@ -193,13 +150,18 @@ struct TransitionChanges {
 
 class Store {
  public:
-  // Opens (creating when missing) and migrates the database at `path`.
-  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+  // Opens (creating when missing) and migrates the database at `path`. Times the store stamps
+  // itself (a job's submission, an event, a checkpoint or sample without one) come from `clock`,
+  // which must outlive the store.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path,
+                                             const Clock* clock = SystemClock());
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   int schema_version() const { return schema_version_; }
+  // The time the store stamps records with; JobMetrics keeps its retention on it too.
+  const Clock* clock() const { return clock_; }
   // Fault injection (tests): while on, every write fails as it would on a full or read-only
   // disk (SQLite's query_only); reads still work.
   Status SetWritesFail(bool fail);
@@ -274,11 +236,10 @@ class Store {
 
   // Constant after construction.
   int schema_version_ = 0;
+  const Clock* clock_ = nullptr;
 
   std::mutex mu_;
   sqlite3* db_;  // guarded by mu_
 };
-
-double NowSeconds();
 
 }  // namespace adctl

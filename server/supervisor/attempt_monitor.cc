@@ -171,12 +171,13 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   }
   // The store's spec is the one copy; the rank reads this file, written from it, without the
   // launcher's fields (ClearLauncherFields).
-  auto spec = ParseJobSpec(job.spec_yaml);
-  if (!spec.ok()) return spec.status();
-  const ResourceSpec resources = spec->resources;
-  ClearLauncherFields(&spec->resources);
+  auto parsed = recorder_->specs().Get(job);
+  if (!parsed.ok()) return parsed.status();
+  const ResourceSpec& resources = parsed.value()->resources;
+  JobSpec rank_spec = *parsed.value();
+  ClearLauncherFields(&rank_spec.resources);
   ADCTL_RETURN_IF_ERROR(
-      WriteFileAtomically(JobLayout(job.job_dir).spec(), JobSpecToYaml(spec.value())));
+      WriteFileAtomically(JobLayout(job.job_dir).spec(), JobSpecToYaml(rank_spec)));
   // A fresh token per attempt: it stops working when the attempt ends, and adctld keeps only
   // its hash (a restarted adctld re-attaches the ranks by it).
   const std::string token = RandomHex(16);

@@ -22,11 +22,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "server/launcher/launcher.h"
 #include "server/store/store.h"
 #include "server/supervisor/change_feed.h"
-#include "server/supervisor/clock.h"
 #include "server/supervisor/exit_policy.h"
 #include "server/supervisor/job_recorder.h"
 #include "server/supervisor/options.h"

@@ -146,6 +146,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
     }
     return inserted;
   }
+  recorder_->specs().Remember(job.id, yaml, std::move(spec));
   spdlog::info("job {}: submitted ({} rank(s), priority {})", job.id, job.gpus, job.priority);
   changes_->Notify();
   auto stored = store_->GetJob(job.id);
@@ -230,12 +231,12 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
     }
     TransitionChanges c;
     std::string message = "resumed by user";
+    std::optional<JobSpec> resized;  // the spec on the new rank count
     if (gpus && *gpus != job->gpus) {
       if (job->launcher == "local") ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
-      // Rewriting the stored spec (a new rank count and grad_accum) is the one re-parse.
-      auto spec = ParseJobSpec(job->spec_yaml);
-      if (!spec.ok()) return spec.status();
-      JobSpec s = spec.value();
+      auto parsed = recorder_->specs().Get(*job);
+      if (!parsed.ok()) return parsed.status();
+      JobSpec s = *parsed.value();
       const int64_t global_batch = s.GlobalBatch();
       const int64_t per_step = s.train.batch_size * *gpus;
       if (global_batch % per_step != 0) {
@@ -255,8 +256,11 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
       message = "resumed by user on " + std::to_string(*gpus) + " ranks (train.grad_accum " +
                 std::to_string(s.train.grad_accum) + ", global batch " +
                 std::to_string(global_batch) + " kept)";
+      resized = std::move(s);
     }
-    return recorder_->Transition(job_id, JobState::kQueued, message, c);
+    auto resumed = recorder_->Transition(job_id, JobState::kQueued, message, c);
+    if (resumed.ok() && resized) recorder_->specs().Remember(job_id, *c.spec_yaml, *resized);
+    return resumed;
   });
 }
 

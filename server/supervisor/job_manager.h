@@ -2,10 +2,10 @@
 //
 // Submit parses and validates the spec once (ParseJobSpec with the `--set` overrides, then the
 // request's gpus/priority) and stores its canonical YAML with the columns the coordinator needs
-// later (gpus, priority, max_restarts, grace_seconds, hang_timeout_seconds), so nothing
-// downstream parses it again. Cancel, pause and resume decide the job's next state from its
-// current one and act on its running attempt through the AttemptMonitor, under its lock.
-// Thread-safe.
+// later (gpus, priority, max_restarts, grace_seconds, hang_timeout_seconds); the parsed spec
+// stays in the recorder's ParsedSpecs for the launches and a resize on resume. Cancel, pause and
+// resume decide the job's next state from its current one and act on its running attempt through
+// the AttemptMonitor, under its lock. Thread-safe.
 #pragma once
 
 #include <optional>
@@ -13,12 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "server/store/store.h"
 #include "server/supervisor/attempt_monitor.h"
 #include "server/supervisor/change_feed.h"
-#include "server/supervisor/clock.h"
 #include "server/supervisor/job_recorder.h"
 #include "server/supervisor/options.h"
 

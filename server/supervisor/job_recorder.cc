@@ -11,7 +11,10 @@ Result<JobRecord> JobRecorder::Transition(const std::string& job_id, JobState to
   auto job = store_->Transition(job_id, expected_from, to, message, changes);
   if (job.ok()) {
     spdlog::info("job {}: {} ({})", job_id, JobStateName(to), message);
-    if (IsTerminal(to) && observer_) observer_->OnJobFinished(job_id, to);
+    if (IsTerminal(to)) {
+      specs_.Forget(job_id);
+      if (observer_) observer_->OnJobFinished(job_id, to);
+    }
     changes_->Notify();
   } else {
     spdlog::warn("job {}: transition to {} refused: {}", job_id, JobStateName(to),

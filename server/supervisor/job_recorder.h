@@ -1,7 +1,8 @@
 // The one way the coordinator records what happened to a job: a state transition (through
 // Store::Transition, which writes the state, the attempt row and the event in one transaction)
 // or a plain event row. Each record is logged, reported to the observer (Prometheus) when it
-// ends a job, and wakes the ChangeFeed's waiters. Thread-safe (the Store is).
+// ends a job, and wakes the ChangeFeed's waiters. It also holds the jobs' parsed specs
+// (parsed_specs.h), forgetting a job's when the job ends. Thread-safe (the Store is).
 #pragma once
 
 #include <optional>
@@ -11,6 +12,7 @@
 #include "common/status.h"
 #include "server/store/store.h"
 #include "server/supervisor/change_feed.h"
+#include "server/supervisor/parsed_specs.h"
 
 namespace adctl {
 
@@ -40,11 +42,13 @@ class JobRecorder {
                   const std::string& level, const std::string& message);
 
   SupervisorObserver* observer() const { return observer_; }
+  ParsedSpecs& specs() { return specs_; }
 
  private:
   Store* const store_;
   SupervisorObserver* const observer_;
   ChangeFeed* const changes_;
+  ParsedSpecs specs_;
 };
 
 }  // namespace adctl

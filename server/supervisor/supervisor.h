@@ -15,12 +15,12 @@
 // that drive time by hand call monitor().Reconcile() and monitor().Tick() instead of Start().
 #pragma once
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "server/launcher/launcher.h"
 #include "server/store/store.h"
 #include "server/supervisor/attempt_monitor.h"
 #include "server/supervisor/change_feed.h"
-#include "server/supervisor/clock.h"
 #include "server/supervisor/job_manager.h"
 #include "server/supervisor/job_recorder.h"
 #include "server/supervisor/options.h"
@@ -43,6 +43,7 @@ class Supervisor {
   AttemptMonitor& monitor() { return monitor_; }
   WorkerHub& workers() { return workers_; }
   ChangeFeed& changes() { return changes_; }
+  ParsedSpecs& specs() { return recorder_.specs(); }
 
  private:
   ChangeFeed changes_;

@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "server/store/store.h"
 #include "server/supervisor/change_feed.h"
-#include "server/supervisor/clock.h"
 #include "server/supervisor/job_recorder.h"
 
 namespace adctl {

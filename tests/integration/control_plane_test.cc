@@ -84,6 +84,11 @@ TEST_F(ControlPlaneTest, SubmitRunsToSucceededWithACheckpointOnDisk) {
   EXPECT_EQ(last["step"], "6");
   EXPECT_TRUE(last["on_disk"].get<bool>());
   EXPECT_TRUE(fs::exists(last["path"].get<std::string>() + "/manifest.json"));
+  // Rank 0 reported the background write and the training time the copy took.
+  EXPECT_GT(last["save_seconds"].get<double>(), 0) << last.dump();
+  EXPECT_GT(last["stall_seconds"].get<double>(), 0) << last.dump();
+  CommandResult table = c.Adctl({"ckpt", "ls", id});
+  EXPECT_NE(table.out.find("STALL"), std::string::npos) << table.out;
 
   CommandResult logs = c.Adctl({"logs", id, "--rank", "0"});
   EXPECT_EQ(logs.exit_code, 0);

@@ -19,8 +19,15 @@ case "$name" in
   fatal) exit 2 ;;
   crash) exit 1 ;;
   crash-rank1)
-    if [ "$rank" = 1 ]; then sleep 0.2; exit 1; fi
+    # Rank 1 fails once rank 0 stands ready to stop cleanly (its trap set), however slow the
+    # machine is to start rank 0's shell.
+    ready="$(dirname "$spec")/rank0-ready"
+    if [ "$rank" = 1 ]; then
+      for _ in $(seq 200); do [ -e "$ready" ] && break; sleep 0.05; done
+      exit 1
+    fi
     trap 'exit 75' TERM
+    touch "$ready"
     sleep 30 &
     wait
     exit 75 ;;

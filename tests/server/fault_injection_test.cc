@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 
+#include "common/job_layout.h"
+#include "common/job_spec.h"
 #include "server/supervisor/supervisor.h"
 
 namespace adctl {
@@ -117,8 +119,8 @@ class FaultInjectionTest : public ::testing::Test {
     char tmpl[] = "/tmp/adctl-faults-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
-    SupervisorOptions o;
+    store_ = std::move(Store::Open(dir_ + "/adctl.db", &clock_).value());
+    SupervisorOptions& o = supervisor_options_;
     o.data_dir = dir_;
     o.worker_binary = "/bin/false";  // never executed: the launcher is scripted
     o.coordinator_address = "127.0.0.1:1";
@@ -152,9 +154,10 @@ class FaultInjectionTest : public ::testing::Test {
   }
 
   std::string dir_;
+  ManualClock clock_{1.0e9};  // the store's and the supervisor's time
   std::unique_ptr<Store> store_;
   ScriptedLauncher launcher_;
-  ManualClock clock_{1.0e9};
+  SupervisorOptions supervisor_options_;
   std::unique_ptr<Supervisor> supervisor_;
 };
 
@@ -210,9 +213,19 @@ TEST_F(FaultInjectionTest, RankKilledWithoutExitFileTearsDownAfterGraceAndRestar
 
   launcher_.Exit(2, 0);
   launcher_.Exit(3, 0);
+  clock_.Advance(5);
   Tick();
   EXPECT_EQ(Job(id).state, JobState::kSucceeded);
   EXPECT_TRUE(Job(id).devices.empty());
+  // Every time the store recorded is the coordinator's clock: 10.1 s of grace, 2.1 s of
+  // backoff and 5 s of the second attempt after the submission at 1e9.
+  EXPECT_DOUBLE_EQ(Job(id).submitted_at, 1.0e9);
+  EXPECT_DOUBLE_EQ(Job(id).finished_at, 1.0e9 + 10.1 + 2.1 + 5);
+  EXPECT_DOUBLE_EQ(store_->GetAttempt(id, 2)->ended_at, 1.0e9 + 10.1 + 2.1 + 5);
+  for (const EventRecord& e : store_->ListEvents(id, 0).value()) {
+    EXPECT_GE(e.time, 1.0e9) << e.message;
+    EXPECT_LE(e.time, 1.0e9 + 17.2) << e.message;
+  }
 }
 
 TEST_F(FaultInjectionTest, ExitFileDecidesOverTheLaunchersStatus) {
@@ -271,6 +284,46 @@ TEST_F(FaultInjectionTest, RestartedCoordinatorCountsARankThatVanishedAsKilled) 
   Tick();
   EXPECT_EQ(Job(id).attempt, 2);
   EXPECT_EQ(Job(id).state, JobState::kStarting);
+}
+
+TEST_F(FaultInjectionTest, SpecIsParsedOnceAcrossLaunchesAndAResizingResume) {
+  const std::string id = Submit(/*ranks=*/2, /*max_restarts=*/0, /*grace=*/10);
+  Tick();  // launched from the spec Submit parsed
+  ASSERT_EQ(launcher_.launches(), 2u);
+  ASSERT_TRUE(supervisor_->jobs().Pause(id, std::nullopt).ok());
+  Tick();  // both ranks stopped with 75 on SIGTERM
+  ASSERT_EQ(Job(id).state, JobState::kPaused);
+  auto resumed = supervisor_->jobs().Resume(id, 1);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  Tick();  // relaunched on one rank from the resized spec
+  ASSERT_EQ(launcher_.launches(), 3u);
+  EXPECT_EQ(supervisor_->specs().parses(), 0);
+  // The rank's spec file is the resized one: one rank, twice the accumulation.
+  auto written = LoadJobSpecFile(JobLayout(Job(id).job_dir).spec());
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(written->resources.gpus, 1);
+  EXPECT_EQ(written->train.grad_accum, 2);
+  EXPECT_EQ(Job(id).gpus, 1);
+
+  // A restarted adctld parses each live job's stored spec once, on first use.
+  supervisor_ =
+      std::make_unique<Supervisor>(supervisor_options_, store_.get(), &launcher_, nullptr, &clock_);
+  ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
+  ASSERT_TRUE(supervisor_->jobs().Pause(id, std::nullopt).ok());
+  Tick();
+  ASSERT_EQ(Job(id).state, JobState::kPaused);
+  ASSERT_TRUE(supervisor_->jobs().Resume(id, 2).ok());
+  EXPECT_EQ(supervisor_->specs().parses(), 1);
+  Tick();
+  ASSERT_EQ(launcher_.launches(), 5u);
+  EXPECT_EQ(supervisor_->specs().parses(), 1);
+  EXPECT_EQ(LoadJobSpecFile(JobLayout(Job(id).job_dir).spec())->train.grad_accum, 1);
+
+  launcher_.Exit(3, 0);
+  launcher_.Exit(4, 0);
+  Tick();
+  EXPECT_EQ(Job(id).state, JobState::kSucceeded);
+  EXPECT_EQ(supervisor_->specs().size(), 0u);  // forgotten when the job ended
 }
 
 }  // namespace

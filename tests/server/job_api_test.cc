@@ -270,6 +270,7 @@ TEST_F(JobApiTest, NegativeLimitsAreRejectedAndCheckpointsCarryTheirSaveTime) {
   ck.path = dir_ + "/nowhere/step-000004";
   ck.size_bytes = 1234;
   ck.save_seconds = 1.5;
+  ck.stall_seconds = 0.25;
   ASSERT_TRUE(store_->AddCheckpoint(ck).ok());
   v1::ListCheckpointsRequest checkpoints;
   checkpoints.set_job_id(id);
@@ -277,6 +278,7 @@ TEST_F(JobApiTest, NegativeLimitsAreRejectedAndCheckpointsCarryTheirSaveTime) {
   ASSERT_TRUE(stub_->ListCheckpoints(Ctx().get(), checkpoints, &found).ok());
   ASSERT_EQ(found.checkpoints_size(), 1);
   EXPECT_EQ(found.checkpoints(0).save_seconds(), 1.5);
+  EXPECT_EQ(found.checkpoints(0).stall_seconds(), 0.25);
   EXPECT_FALSE(found.checkpoints(0).on_disk());
 }
 

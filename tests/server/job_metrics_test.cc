@@ -61,6 +61,11 @@ class JobMetricsTest : public ::testing::Test {
 TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   JobMetrics metrics(store_.get());
   metrics.OnMetrics({Point(0, 1), Point(1, 1), Point(0, 2), Point(1, 2)});
+  MetricRecord preprocess = Point(1, 3);  // a preprocess rank that skipped videos
+  preprocess.videos_skipped_missing = 2;
+  preprocess.videos_skipped_truncated = 1;
+  preprocess.data_wait_seconds = 0;  // the data-wait counter below stays two points' worth
+  metrics.OnMetrics({preprocess});
   CheckpointRecord c;
   c.job_id = "j-1";
   c.step = 2;
@@ -90,9 +95,15 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
            "adctl_checkpoint_size_bytes{job_id=\"j-1\"} 4096",
            "adctl_job_restarts_total{job_id=\"j-1\"} 1",
            "adctl_job_info{job_id=\"j-1\",name=\"tiny\"} 1",
+           "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"missing\"} 2",
+           "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"truncated\"} 1",
+           "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"too_short\"} 0",
        }) {
     EXPECT_THAT(text, HasSubstr(line));
   }
+  // Ranks that skipped nothing (every training rank) have no skip series.
+  EXPECT_EQ(text.find("adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"0\""),
+            std::string::npos);
   // Only rank 0 feeds the job-level series.
   EXPECT_EQ(text.find("adctl_train_loss{job_id=\"j-1\",rank"), std::string::npos);
 

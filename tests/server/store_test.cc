@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 8);
+  EXPECT_EQ(store_->schema_version(), 10);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -102,6 +102,12 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN rendezvous_timeout_seconds; "
                          "ALTER TABLE jobs DROP COLUMN launcher; "
                          "ALTER TABLE attempts DROP COLUMN cluster_job; "
+                         "ALTER TABLE checkpoints DROP COLUMN stall_seconds; "
+                         "ALTER TABLE metrics DROP COLUMN videos_skipped_missing; "
+                         "ALTER TABLE metrics DROP COLUMN videos_skipped_unreadable; "
+                         "ALTER TABLE metrics DROP COLUMN videos_skipped_zero_frames; "
+                         "ALTER TABLE metrics DROP COLUMN videos_skipped_truncated; "
+                         "ALTER TABLE metrics DROP COLUMN videos_skipped_too_short; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -110,7 +116,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 8);
+  EXPECT_EQ(store_->schema_version(), 10);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
@@ -119,6 +125,12 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   sample.job_id = "j-old";
   sample.step = 2;
   EXPECT_TRUE(store_->AddSamples({sample}).ok());  // migration 3 made the samples table
+  CheckpointRecord checkpoint;
+  checkpoint.job_id = "j-old";
+  checkpoint.step = 2;
+  checkpoint.stall_seconds = 0.5;
+  ASSERT_TRUE(store_->AddCheckpoint(checkpoint).ok());
+  EXPECT_EQ(store_->ListCheckpoints("j-old")->at(0).stall_seconds, 0.5);  // migration 9
 }
 
 TEST_F(StoreTest, SamplesKeepStepAndPromptAndARenderedStepReplacesItsRows) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -140,7 +141,8 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       codes[r] = RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job, "--rank",
-                            std::to_string(r), "--world-size", "2"},
+                            std::to_string(r), "--world-size", "2", "--metrics-out",
+                            job + "/metrics-rank" + std::to_string(r) + ".jsonl"},
                            (root_ / ("pre-2-rank" + std::to_string(r) + ".log")).string());
     });
   }
@@ -174,6 +176,25 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   EXPECT_EQ(ids.size(), 8u);
   EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 8u);
   EXPECT_NE(log0.find("skipped video missing1 (missing)"), std::string::npos) << log0;
+  // Each rank's last metric point counts the skips of all its shards, those of the killed
+  // attempt too: together, the index's counts.
+  std::map<std::string, int64_t> reported;
+  for (int r = 0; r < 2; ++r) {
+    Json last;
+    std::istringstream lines(ReadAll(job + "/metrics-rank" + std::to_string(r) + ".jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      Json j = Json::parse(line);
+      if (j["event"] == "step") last = j;
+    }
+    ASSERT_FALSE(last.is_null()) << "rank " << r << " reported no step";
+    for (const char* reason : {"missing", "unreadable", "zero_frames", "truncated", "too_short"}) {
+      reported[reason] += last.value(std::string("videos_skipped_") + reason, int64_t{0});
+    }
+  }
+  for (const auto& [reason, n] : reported) {
+    const auto it = index->skipped.find(reason);
+    EXPECT_EQ(n, it == index->skipped.end() ? 0 : it->second) << reason;
+  }
   EXPECT_TRUE(fs::exists(fs::path(cache) / kEmptyCaptionFile));
 
   // Training on the cache, with caption dropout.

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/worker_contract.h"
@@ -33,7 +34,7 @@ namespace adctl {
 namespace fs = std::filesystem;
 namespace F = torch::nn::functional;
 using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 torch::Tensor PrepareFrames(const torch::Tensor& frames_u8, int64_t height, int64_t width) {
   auto x = frames_u8.permute({0, 3, 1, 2}).to(torch::kFloat).div(255.0);  // [F, 3, H, W]
@@ -309,6 +310,30 @@ class Preprocess {
     return std::nullopt;
   }
 
+  // Adds the skips a shard written by an earlier attempt recorded (its `skipped` metadata), so
+  // the counts a rank reports cover the whole job.
+  void CountSkipsOfWrittenShard(int64_t shard) {
+    auto file = SafetensorsFile::Open(ShardPath(shard));
+    if (!file.ok()) return;  // CheckExistingCache refused unreadable shards already
+    auto it = (*file)->metadata().find("skipped");
+    if (it == (*file)->metadata().end()) return;
+    const Json skipped = Json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    if (!skipped.is_array()) return;
+    for (const Json& s : skipped) {
+      if (s.is_object() && s.contains("reason") && s["reason"].is_string()) {
+        ++skipped_by_reason_[s["reason"].get<std::string>()];
+      }
+    }
+  }
+
+  // The skip counts so far, by reason, as a metric point carries them.
+  void SetSkipCounts(StepReport* r) const {
+    ForEachVideoSkipCount(*r, [&](const char* reason, int64_t& n) {
+      auto it = skipped_by_reason_.find(reason);
+      n = it == skipped_by_reason_.end() ? 0 : it->second;
+    });
+  }
+
   std::string ShardPath(int64_t shard) const {
     return (fs::path(out_) / CacheShardName(shard)).string();
   }
@@ -437,16 +462,23 @@ class Preprocess {
       ++mine;
       if (fs::exists(ShardPath(s))) {
         ++done;
+        CountSkipsOfWrittenShard(s);
       } else {
         todo.push_back(s);
       }
     }
+    reporter_.OnTrainingStarted(done, mine);
     if (done > 0) {
       reporter_.OnEvent(EventLevel::kInfo, "preprocess: resuming; " + std::to_string(done) +
                                                " of this rank's " + std::to_string(mine) +
                                                " shards are already written");
+      StepReport r;  // where the rank stands, skips of the earlier attempts included
+      r.step = done;
+      r.total_steps = mine;
+      r.time = NowSeconds();
+      SetSkipCounts(&r);
+      reporter_.OnStep(r);
     }
-    reporter_.OnTrainingStarted(done, mine);
     int64_t clips_written = 0;
     std::future<std::vector<DecodedClip>> next;
     if (!todo.empty())
@@ -458,9 +490,9 @@ class Preprocess {
                                                  " shards written, the rest on resume");
         return Failure{kExitStopped, "preprocess: stop requested"};
       }
-      const auto t0 = Clock::now();
+      const auto t0 = SteadyClock::now();
       auto clips = next.get();
-      const double wait = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double wait = std::chrono::duration<double>(SteadyClock::now() - t0).count();
       if (k + 1 < todo.size()) {
         next = std::async(std::launch::async, [&, s = todo[k + 1]] { return DecodeShard(s); });
       }
@@ -471,12 +503,14 @@ class Preprocess {
       StepReport r;
       r.step = done;
       r.total_steps = mine;
-      r.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      r.step_seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
       r.data_wait_seconds = wait;
       r.clips_per_second = r.step_seconds > 0
                                ? static_cast<double>(clips.size()) * o_.world_size / r.step_seconds
                                : 0;
       r.samples_seen = clips_written;
+      r.time = NowSeconds();
+      SetSkipCounts(&r);
       reporter_.OnStep(r);
     }
     if (!skipped_by_reason_.empty()) {

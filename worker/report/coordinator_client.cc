@@ -8,8 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "proto/channel_credentials.h"
 #include "proto/grpc_status.h"
+#include "proto/metric_point.h"
 
 namespace adctl {
 
@@ -17,10 +19,6 @@ namespace {
 
 constexpr size_t kMaxQueuedMetrics = 10000;
 constexpr size_t kMaxQueuedEvents = 1000;
-
-double NowUnix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // TLS when adctld gave its ranks a CA to verify it with (ADCTL_TLS_CA, a PEM file).
 std::shared_ptr<grpc::ChannelCredentials> Credentials() {
@@ -165,7 +163,7 @@ void CoordinatorClient::OnTrainingStarted(int64_t resumed_from_step, int64_t tot
   v1::WorkerEvent e;
   e.set_kind(v1::WorkerEvent::KIND_TRAINING_STARTED);
   e.set_level("info");
-  e.set_time(NowUnix());
+  e.set_time(NowSeconds());
   e.set_resumed_from_step(resumed_from_step);
   e.set_total_steps(total_steps);
   last_step_ = resumed_from_step;
@@ -174,25 +172,7 @@ void CoordinatorClient::OnTrainingStarted(int64_t resumed_from_step, int64_t tot
 
 void CoordinatorClient::OnStep(const StepReport& r) {
   v1::MetricPoint p;
-  p.set_step(r.step);
-  p.set_total_steps(r.total_steps);
-  p.set_time(NowUnix());
-  p.set_loss(r.loss);
-  p.set_learning_rate(r.learning_rate);
-  p.set_grad_norm(r.grad_norm);
-  p.set_step_seconds(r.step_seconds);
-  p.set_data_wait_seconds(r.data_wait_seconds);
-  p.set_allreduce_exposed_seconds(r.allreduce_exposed_seconds);
-  p.set_clips_per_second(r.clips_per_second);
-  p.set_samples_seen(r.samples_seen);
-  p.set_peak_memory_bytes(r.peak_memory_bytes);
-  p.set_mfu_ratio(r.mfu_ratio);
-  p.set_gpu_utilization(r.device.utilization);
-  p.set_gpu_memory_used_bytes(r.device.memory_used_bytes);
-  p.set_gpu_memory_total_bytes(r.device.memory_total_bytes);
-  p.set_gpu_power_watts(r.device.power_watts);
-  p.set_gpu_temperature_celsius(r.device.temperature_celsius);
-  p.set_gpu_sm_clock_hertz(r.device.sm_clock_hertz);
+  MetricValuesToProto(r, &p);
   last_step_ = r.step;
   std::lock_guard<std::mutex> lock(mu_);
   if (metrics_.size() >= kMaxQueuedMetrics) {
@@ -206,14 +186,15 @@ void CoordinatorClient::OnCheckpoint(const CheckpointReport& r) {
   v1::WorkerEvent e;
   e.set_kind(v1::WorkerEvent::KIND_CHECKPOINT);
   e.set_level("info");
-  e.set_time(NowUnix());
+  e.set_time(NowSeconds());
   e.set_message("checkpoint step " + std::to_string(r.step));
   v1::Checkpoint* c = e.mutable_checkpoint();
   c->set_step(r.step);
   c->set_path(r.path);
   c->set_size_bytes(r.size_bytes);
   c->set_save_seconds(r.save_seconds);
-  c->set_created_at(NowUnix());
+  c->set_stall_seconds(r.stall_seconds);
+  c->set_created_at(NowSeconds());
   c->set_attempt(ref_.attempt());
   c->set_on_disk(true);
   Enqueue(std::move(e), /*urgent=*/true);
@@ -223,7 +204,7 @@ void CoordinatorClient::OnEvent(EventLevel level, const std::string& message) {
   v1::WorkerEvent e;
   e.set_kind(v1::WorkerEvent::KIND_MESSAGE);
   e.set_level(LevelName(level));
-  e.set_time(NowUnix());
+  e.set_time(NowSeconds());
   e.set_message(message);
   Enqueue(std::move(e), level != EventLevel::kInfo);
 }
@@ -232,7 +213,7 @@ void CoordinatorClient::OnSamples(const SamplesReport& r) {
   v1::WorkerEvent e;
   e.set_kind(v1::WorkerEvent::KIND_SAMPLES);
   e.set_level("info");
-  e.set_time(NowUnix());
+  e.set_time(NowSeconds());
   e.set_message(DescribeSamples(r));
   for (const SampleFile& f : r.files) {
     v1::Sample* s = e.add_samples();
@@ -278,7 +259,7 @@ bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
       if (dropped_metrics_ > 0 || dropped_events_ > 0) {
         v1::WorkerEvent e;
         e.set_level("warning");
-        e.set_time(NowUnix());
+        e.set_time(NowSeconds());
         e.set_message("rank " + std::to_string(ref_.rank()) + ": " +
                       std::to_string(dropped_metrics_) + " step metric point(s) and " +
                       std::to_string(dropped_events_) +

@@ -11,26 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "common/nvml.h"
+#include "common/metric_values.h"
 
 namespace adctl {
 
-// One optimizer step as seen by one rank. Loss is the mean over ranks (identical on every rank).
-struct StepReport {
-  int64_t step = 0;  // optimizer steps done, 1-based after the first step
-  int64_t total_steps = 0;
-  double loss = 0;
-  double learning_rate = 0;
-  double grad_norm = 0;
-  double step_seconds = 0;               // wall time of this optimizer step on this rank
-  double data_wait_seconds = 0;          // time spent waiting for the next batch
-  double allreduce_exposed_seconds = 0;  // all-reduce time not overlapped with backward
-  double clips_per_second = 0;           // global: clips of all ranks per second of this step
-  int64_t samples_seen = 0;              // global clips consumed so far
-  int64_t peak_memory_bytes = 0;         // device memory high-water mark (0 on CPU)
-  double mfu_ratio = 0;                  // model FLOPs utilisation of this GPU (0 on CPU)
-  DeviceReading device;                  // the rank's GPU or CPU slot (device_sampler.h)
-};
+// One optimizer step as seen by one rank: the values every metric point carries
+// (common/metric_values.h lists them once).
+using StepReport = MetricValues;
 
 struct CheckpointReport {
   int64_t step = 0;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "common/clock.h"
 #include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/worker_contract.h"
@@ -45,9 +46,9 @@ namespace adctl {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
+double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
@@ -94,9 +95,9 @@ double SecondsSinceProcessStart() {
 // Where a rank's start-up time goes: phases in order, each the time since the previous mark.
 class StartupTimer {
  public:
-  StartupTimer() : last_(Clock::now()), before_(SecondsSinceProcessStart()) {}
+  StartupTimer() : last_(SteadyClock::now()), before_(SecondsSinceProcessStart()) {}
   void Mark(const char* phase) {
-    const auto now = Clock::now();
+    const auto now = SteadyClock::now();
     phases_.emplace_back(phase, Seconds(last_, now));
     last_ = now;
   }
@@ -120,7 +121,7 @@ class StartupTimer {
     std::snprintf(text, sizeof(text), "%s %.2f s", phase, seconds);
     return text;
   }
-  Clock::time_point last_;
+  SteadyClock::time_point last_;
   double before_;  // exec to the timer's construction
   std::vector<std::pair<const char*, double>> phases_;
 };
@@ -385,11 +386,11 @@ class Run {
   std::optional<Failure> SaveCheckpoint(bool wait) {
     if (!spec_.checkpoint.enabled) return std::nullopt;
     if (o_.rank == 0) {
-      const auto t0 = Clock::now();
+      const auto t0 = SteadyClock::now();
       // Never two in flight: the previous write ends (and is reported) first.
       if (auto f = CollectCheckpoint(/*wait=*/true)) return f;
       saver_->Start(CurrentState());
-      checkpoint_stall_seconds_ = Seconds(t0, Clock::now());
+      checkpoint_stall_seconds_ = Seconds(t0, SteadyClock::now());
       if (wait) {
         if (auto f = CollectCheckpoint(/*wait=*/true)) return f;
       }
@@ -520,16 +521,16 @@ class Run {
     model_->train();
     // Afterwards the stop agreement rides on each step's single all-reduce of its numbers.
     bool stop = StopAgreed();
-    auto last_step_end = Clock::now();
+    auto last_step_end = SteadyClock::now();
     while (step_ < t.max_steps) {
       // One rank decides alone; several agree through the previous step's all-reduce.
       if (stop || (!comm_ && LocalStopRequested())) return StopAfterCheckpoint();
       double data_wait = 0;
       torch::Tensor loss_sum;  // on the device: one host sync per step, not per micro-step
       for (int64_t micro = 0; micro < accum; ++micro) {
-        const auto d0 = Clock::now();
+        const auto d0 = SteadyClock::now();
         auto batch = NextBatch();
-        data_wait += Seconds(d0, Clock::now());
+        data_wait += Seconds(d0, SteadyClock::now());
         if (reducer_) reducer_->PrepareForBackward(micro == accum - 1);
         const auto loss =
             step_graph_ ? step_graph_->Run(batch.noisy, batch.timesteps, batch.text, batch.target)
@@ -555,7 +556,7 @@ class Run {
       ++step_;
       samples_seen_ += global_batch;
       // Wall time since the previous step ended: everything the loop does per step counts.
-      const auto step_end = Clock::now();
+      const auto step_end = SteadyClock::now();
       const double step_seconds = Seconds(last_step_end, step_end);
       last_step_end = step_end;
       if (auto f = CollectCheckpoint(/*wait=*/false)) return Fail(*f);
@@ -588,18 +589,19 @@ class Run {
         r.samples_seen = samples_seen_;
         r.peak_memory_bytes = PeakMemory();
         r.mfu_ratio = Mfu(r.clips_per_second / std::max(1, o_.world_size));
-        r.device = device_sampler_->Sample();
+        r.time = NowSeconds();
+        SetDeviceValues(device_sampler_->Sample(), &r);
         reporter_.OnStep(r);
       }
       // Every rank gets the same answer (same spec, same step).
       if (ValidationDue(spec_.validation, step_)) {
         if (auto f = RenderValidation()) return Fail(*f);
-        last_step_end = Clock::now();  // the next step's time does not include the render
+        last_step_end = SteadyClock::now();  // the next step's time does not include the render
       }
       if (spec_.checkpoint.every_steps > 0 && step_ % spec_.checkpoint.every_steps == 0 &&
           step_ < t.max_steps && !stop) {
         if (auto f = SaveCheckpoint(/*wait=*/false)) return Fail(*f);
-        last_step_end = Clock::now();  // the next step's time does not include the save
+        last_step_end = SteadyClock::now();  // the next step's time does not include the save
       }
     }
     if (last_checkpoint_step_ != step_) {

@@ -1,8 +1,12 @@
-#include "server/supervisor/clock.h"
+#include "common/clock.h"
 
-#include "server/store/store.h"
+#include <chrono>
 
 namespace adctl {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 namespace {
 

@@ -1,13 +1,18 @@
-// Time as the coordinator sees it: the seam that lets tests advance time by hand (grace
-// periods, restart backoff, the hang watchdog) instead of sleeping.
+// Wall-clock time, and time as the coordinator sees it: Clock is the seam that lets tests
+// advance time by hand (grace periods, restart backoff, the hang watchdog, the store's
+// timestamps) instead of sleeping.
 //
-// Seconds since the Unix epoch, as doubles, the unit of every time the Store records.
+// Seconds since the Unix epoch, as doubles, the unit of every time the Store records and every
+// time a rank reports.
 // SystemClock() is thread-safe; ManualClock is too (an atomic).
 #pragma once
 
 #include <atomic>
 
 namespace adctl {
+
+// The wall clock, in seconds since the Unix epoch.
+double NowSeconds();
 
 class Clock {
  public:

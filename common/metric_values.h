@@ -1,0 +1,108 @@
+// The measured values of one training (or preprocess) step, listed once.
+//
+// A rank fills a MetricValues per logged step (worker/report/reporter.h calls it StepReport),
+// sends it as a v1::MetricPoint (proto/metric_point.h converts, field by field name), adctld
+// stores it (server/store/store.h: MetricRecord is these values plus who sent them) and serves
+// it back as the same proto. The store's columns, both conversions, the worker's
+// `--metrics-out` lines and the test against the proto (tests/server/convert_test.cc) all come
+// from ForEachMetricValue. Adding a metric: the MetricPoint field, a member and a line below,
+// and a store migration adding its column; then its uses (Prometheus, the CLI, the web page).
+#pragma once
+
+#include <cstdint>
+
+#include "common/nvml.h"
+
+namespace adctl {
+
+struct MetricValues {
+  int64_t step = 0;  // optimizer steps done, 1-based after the first step
+  int64_t total_steps = 0;
+  double time = 0;  // unix seconds when the step ended
+  double loss = 0;  // mean over ranks (identical on every rank)
+  double learning_rate = 0;
+  double grad_norm = 0;
+  double step_seconds = 0;               // wall time of this optimizer step on this rank
+  double data_wait_seconds = 0;          // time spent waiting for the next batch
+  double allreduce_exposed_seconds = 0;  // all-reduce time not overlapped with backward
+  double clips_per_second = 0;           // global: clips of all ranks per second of this step
+  int64_t samples_seen = 0;              // global clips consumed so far
+  int64_t peak_memory_bytes = 0;         // device memory high-water mark (0 on CPU)
+  double mfu_ratio = 0;  // model FLOPs utilisation of the rank's GPU; 0 unknown (CPU)
+  // The rank's device (common/nvml.h, DeviceReading); negative: not measured.
+  double gpu_utilization = -1;
+  int64_t gpu_memory_used_bytes = -1;
+  int64_t gpu_memory_total_bytes = -1;
+  double gpu_power_watts = -1;
+  double gpu_temperature_celsius = -1;
+  double gpu_sm_clock_hertz = -1;
+  // Preprocess ranks: videos skipped so far by this rank's shards (every attempt), by reason
+  // (worker/video/video_error.h); 0 on training ranks.
+  int64_t videos_skipped_missing = 0;
+  int64_t videos_skipped_unreadable = 0;
+  int64_t videos_skipped_zero_frames = 0;
+  int64_t videos_skipped_truncated = 0;
+  int64_t videos_skipped_too_short = 0;
+};
+
+// Calls f(name, member) for every value above, under its v1::MetricPoint field name.
+template <typename Values, typename F>
+void ForEachMetricValue(Values& m, F&& f) {
+  f("step", m.step);
+  f("total_steps", m.total_steps);
+  f("time", m.time);
+  f("loss", m.loss);
+  f("learning_rate", m.learning_rate);
+  f("grad_norm", m.grad_norm);
+  f("step_seconds", m.step_seconds);
+  f("data_wait_seconds", m.data_wait_seconds);
+  f("allreduce_exposed_seconds", m.allreduce_exposed_seconds);
+  f("clips_per_second", m.clips_per_second);
+  f("samples_seen", m.samples_seen);
+  f("peak_memory_bytes", m.peak_memory_bytes);
+  f("mfu_ratio", m.mfu_ratio);
+  f("gpu_utilization", m.gpu_utilization);
+  f("gpu_memory_used_bytes", m.gpu_memory_used_bytes);
+  f("gpu_memory_total_bytes", m.gpu_memory_total_bytes);
+  f("gpu_power_watts", m.gpu_power_watts);
+  f("gpu_temperature_celsius", m.gpu_temperature_celsius);
+  f("gpu_sm_clock_hertz", m.gpu_sm_clock_hertz);
+  f("videos_skipped_missing", m.videos_skipped_missing);
+  f("videos_skipped_unreadable", m.videos_skipped_unreadable);
+  f("videos_skipped_zero_frames", m.videos_skipped_zero_frames);
+  f("videos_skipped_truncated", m.videos_skipped_truncated);
+  f("videos_skipped_too_short", m.videos_skipped_too_short);
+}
+
+// The skip counts of `m` under their reason names ("missing", ..., as VideoErrorName spells
+// them), for the Prometheus series and the CLI.
+template <typename Values, typename F>
+void ForEachVideoSkipCount(Values& m, F&& f) {
+  f("missing", m.videos_skipped_missing);
+  f("unreadable", m.videos_skipped_unreadable);
+  f("zero_frames", m.videos_skipped_zero_frames);
+  f("truncated", m.videos_skipped_truncated);
+  f("too_short", m.videos_skipped_too_short);
+}
+
+// The device fields of `m`, to and from the sampler's reading.
+inline void SetDeviceValues(const DeviceReading& r, MetricValues* m) {
+  m->gpu_utilization = r.utilization;
+  m->gpu_memory_used_bytes = r.memory_used_bytes;
+  m->gpu_memory_total_bytes = r.memory_total_bytes;
+  m->gpu_power_watts = r.power_watts;
+  m->gpu_temperature_celsius = r.temperature_celsius;
+  m->gpu_sm_clock_hertz = r.sm_clock_hertz;
+}
+inline DeviceReading DeviceValuesOf(const MetricValues& m) {
+  DeviceReading r;
+  r.utilization = m.gpu_utilization;
+  r.memory_used_bytes = m.gpu_memory_used_bytes;
+  r.memory_total_bytes = m.gpu_memory_total_bytes;
+  r.power_watts = m.gpu_power_watts;
+  r.temperature_celsius = m.gpu_temperature_celsius;
+  r.sm_clock_hertz = m.gpu_sm_clock_hertz;
+  return r;
+}
+
+}  // namespace adctl
