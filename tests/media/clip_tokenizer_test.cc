@@ -131,6 +131,31 @@ TEST(TextCleanTest, HtmlUnescapeFollowsPython) {
             "café 'quoted' strasse &");
 }
 
+// ftfy.fix_text's outputs for these inputs (ftfy 6, its documented examples among them).
+TEST(TextCleanTest, FixTextRepairsMojibakeLikeFtfy) {
+  EXPECT_EQ(FixText("cafÃ©"), "café");
+  EXPECT_EQ(FixText("Ã¼ber"), "über");
+  // Curly quotes in UTF-8 read as Windows-1252 (0x9D is undefined there: a C1 control).
+  EXPECT_EQ(FixText("â€œmojibakeâ€\xC2\x9D"), "\"mojibake\"");
+  // Twice over: UTF-8 → Windows-1252 → UTF-8 → Windows-1252.
+  EXPECT_EQ(FixText("The Mona Lisa doesnÃƒÂ¢Ã¢â€šÂ¬Ã¢â€žÂ¢t have eyebrows."),
+            "The Mona Lisa doesn't have eyebrows.");
+  EXPECT_EQ(FixText("a dog running on the beachâ€¦"), "a dog running on the beach…");
+  // Text that only looks foreign stays: a lone Latin-1 letter is not a UTF-8 sequence.
+  EXPECT_EQ(FixText("naïve café Ã"), "naïve café Ã");
+  EXPECT_EQ(FixText("東京 at night 🌃"), "東京 at night 🌃");
+  // The other default fixes.
+  EXPECT_EQ(FixText("\xEF\xAC\x81sh"), "fish");                    // ligature ﬁ
+  EXPECT_EQ(FixText("ＬＯＵＤ　ｎｏｉｓｅ"), "LOUD noise");        // full width
+  EXPECT_EQ(FixText("\x1B[36;44mblue\x1B[0m text"), "blue text");  // terminal escapes
+  EXPECT_EQ(FixText("zero\xE2\x80\x8B\xEF\xBB\xBFwidth\x07"), "zero\xE2\x80\x8Bwidth");  // BOM, BEL
+  EXPECT_EQ(FixText("price \xC2\x80 5"), "price € 5");               // C1 control as Windows-1252
+  EXPECT_EQ(FixText("cafe\xCC\x81"), "café");                        // NFC
+  EXPECT_EQ(FixText("&lt;b&gt; &amp; <i>"), "&lt;b&gt; &amp; <i>");  // HTML: left for CLIP
+  EXPECT_EQ(FixText("fish &amp; chips"), "fish & chips");
+  EXPECT_EQ(CleanClipText("A CafÃ© IN  Paris"), "a café in paris");
+}
+
 TEST(ClipTokenizerTest, TinyVocabularyHasExactSizeAndEncodesAnything) {
   Result<ClipTokenizer> tiny = MakeTinyClipTokenizer(1000);
   ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
