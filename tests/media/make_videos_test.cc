@@ -82,6 +82,34 @@ TEST(MakeVideosTest, PlanIsDeterministicAndCoversTheSettings) {
   EXPECT_EQ(a[0].video_id, "000000");
 }
 
+TEST(MakeVideosTest, AFixedFormatShapesEveryClipAndKeepsTheRestOfThePlan) {
+  SyntheticVideoFormat webvid;
+  webvid.width = 596;
+  webvid.height = 336;
+  webvid.frames = 30;
+  webvid.fps = 25;
+  std::vector<SyntheticClip> mixed = PlanSyntheticVideos(6, 7);
+  std::vector<SyntheticClip> fixed = PlanSyntheticVideos(6, 7, webvid);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(fixed[i].width, 596);
+    EXPECT_EQ(fixed[i].height, 336);
+    EXPECT_EQ(fixed[i].frames, 30);
+    EXPECT_EQ(fixed[i].fps, 25);
+    EXPECT_EQ(fixed[i].caption, mixed[i].caption);
+  }
+  TempDir dir;
+  ASSERT_TRUE(MakeVideos(dir.path(), 1, 7, webvid).ok());
+  VideoResult<VideoReader> reader = VideoReader::Open(dir.file("000000.mp4"));
+  ASSERT_TRUE(reader.ok()) << reader.ToString();
+  EXPECT_EQ(reader->info().width, 596);
+  EXPECT_EQ(reader->info().num_frames, 30);
+  EXPECT_DOUBLE_EQ(reader->info().fps, 25);
+  webvid.width = 595;  // odd: 4:2:0 cannot hold it
+  Status odd = MakeVideos(dir.path(), 1, 7, webvid);
+  EXPECT_FALSE(odd.ok());
+  EXPECT_NE(odd.message().find("even"), std::string::npos) << odd.ToString();
+}
+
 TEST(MakeVideosTest, WritesDecodableClipsWhoseCaptionsDescribeThem) {
   TempDir dir;
   const int kClips = 8;

@@ -97,7 +97,8 @@ int NearestSyntheticColour(const uint8_t* rgb) {
   return best;
 }
 
-std::vector<SyntheticClip> PlanSyntheticVideos(int clips, uint64_t seed) {
+std::vector<SyntheticClip> PlanSyntheticVideos(int clips, uint64_t seed,
+                                               const SyntheticVideoFormat& format) {
   SplitMix64 rng(seed);
   const int num_colours = static_cast<int>(SyntheticColours().size());
   std::vector<SyntheticClip> plan;
@@ -111,6 +112,12 @@ std::vector<SyntheticClip> PlanSyntheticVideos(int clips, uint64_t seed) {
     clip.height = size.height;
     clip.fps = kFps[rng.Below(3)];
     clip.frames = 12 + rng.Below(29);  // 12..40
+    // A fixed format replaces the draws above, which still happen: the rest of the plan (shapes,
+    // colours, captions) is the same with or without it.
+    if (format.width > 0) clip.width = format.width;
+    if (format.height > 0) clip.height = format.height;
+    if (format.frames > 0) clip.frames = format.frames;
+    if (format.fps > 0) clip.fps = format.fps;
     clip.shape = static_cast<SyntheticShape>(rng.Below(3));
     clip.motion = static_cast<SyntheticMotion>(rng.Below(5));
     clip.background_colour = rng.Below(num_colours);
@@ -156,14 +163,22 @@ RgbFrames RenderSyntheticClip(const SyntheticClip& clip) {
   return out;
 }
 
-Status MakeVideos(const std::string& out_dir, int clips, uint64_t seed) {
+Status MakeVideos(const std::string& out_dir, int clips, uint64_t seed,
+                  const SyntheticVideoFormat& format) {
   if (clips < 1)
     return InvalidArgument("MakeVideos: clips must be >= 1, got " + std::to_string(clips));
+  if (format.width < 0 || format.height < 0 || format.width % 2 != 0 || format.height % 2 != 0) {
+    return InvalidArgument("MakeVideos: width and height must be even and >= 0, got " +
+                           std::to_string(format.width) + "x" + std::to_string(format.height));
+  }
+  if (format.frames < 0 || format.fps < 0) {
+    return InvalidArgument("MakeVideos: frames and fps must be >= 0");
+  }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Internal(out_dir + ": cannot create the folder: " + ec.message());
   std::vector<std::vector<std::string>> rows;
-  for (const SyntheticClip& clip : PlanSyntheticVideos(clips, seed)) {
+  for (const SyntheticClip& clip : PlanSyntheticVideos(clips, seed, format)) {
     ADCTL_RETURN_IF_ERROR(
         WriteMp4(out_dir + "/" + clip.video_id + ".mp4", RenderSyntheticClip(clip), clip.fps));
     rows.push_back({clip.video_id, clip.caption, "synthetic"});

@@ -45,14 +45,23 @@ struct SyntheticClip {
   std::string caption;
 };
 
-// What MakeVideos(…, clips, seed) writes, without writing it.
-std::vector<SyntheticClip> PlanSyntheticVideos(int clips, uint64_t seed);
+// One size, length and rate for every clip instead of the mixed ones (0: keep the mixed value):
+// benchmark data shaped like a real dataset, e.g. WebVid's 596×336 at 25 fps for 10 s.
+struct SyntheticVideoFormat {
+  int width = 0, height = 0, frames = 0;  // width and height even (H.264's 4:2:0)
+  double fps = 0;
+};
+
+// What MakeVideos(…, clips, seed, format) writes, without writing it.
+std::vector<SyntheticClip> PlanSyntheticVideos(int clips, uint64_t seed,
+                                               const SyntheticVideoFormat& format = {});
 // The clip's frames, [frames][height][width][3].
 RgbFrames RenderSyntheticClip(const SyntheticClip& clip);
 
 // Writes `clips` H.264 MP4 files `{videoid}.mp4` and `videos.csv` (`videoid,name,page_dir`, the
 // caption in `name`, page_dir "synthetic") to `out_dir` (created if missing). Errors name the
 // file.
-Status MakeVideos(const std::string& out_dir, int clips, uint64_t seed);
+Status MakeVideos(const std::string& out_dir, int clips, uint64_t seed,
+                  const SyntheticVideoFormat& format = {});
 
 }  // namespace adctl
