@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -156,6 +157,19 @@ TEST_F(SlurmTest, CancelStopsTheRanksThroughScancel) {
   const std::string cluster_job = ClusterJob(running);
   ASSERT_FALSE(cluster_job.empty());
   EXPECT_EQ(SlurmState(cluster_job), "RUNNING");
+  // Each worker resolved its own rank from its Slurm task (`--ranks-from slurm`, as the launch
+  // plan wrote it): the shepherd passed the command line through, without rank flags.
+  ASSERT_EQ(running["ranks"].size(), 2u) << running.dump(2);
+  for (const auto& r : running["ranks"]) {
+    const int pid = r.value("pid", 0);
+    ASSERT_GT(pid, 0) << running.dump(2);
+    std::string cmdline = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    EXPECT_NE(cmdline.find(" train "), std::string::npos) << cmdline;
+    EXPECT_NE(cmdline.find("--ranks-from slurm"), std::string::npos) << cmdline;
+    EXPECT_EQ(cmdline.find("--rank "), std::string::npos) << cmdline;
+    EXPECT_EQ(cmdline.find("--world-size"), std::string::npos) << cmdline;
+  }
   EXPECT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
   auto job = c.WaitState(id, "CANCELLED", 60);
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_CANCELLED");
