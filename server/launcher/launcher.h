@@ -89,7 +89,10 @@ struct ClusterJobInfo {
   std::string state;    // Slurm's: PENDING, RUNNING, COMPLETED, TIMEOUT, NODE_FAIL, PREEMPTED, ...
   std::string nodes;    // node list
   std::string reason;   // why it is pending or how it ended
-  bool active() const;  // PENDING, CONFIGURING, RUNNING, COMPLETING, SUSPENDED, ...
+  bool active() const;  // PENDING, CONFIGURING, RUNNING, SUSPENDED, ... (not COMPLETING)
+  // The cluster ended the job under its ranks: TIMEOUT, NODE_FAIL, PREEMPTED, BOOT_FAIL. Not the
+  // ranks' fault: retryable, whatever they exited with.
+  bool ended_by_cluster() const;
 };
 
 // A launched rank that ended, as its launcher saw it end.

@@ -1,7 +1,6 @@
 // `adctld rank-shepherd`: the shepherd of one Slurm task (shepherd.h).
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +8,6 @@
 #include <vector>
 
 #include "common/job_layout.h"
-#include "common/worker_contract.h"
 #include "server/launcher/shepherd.h"
 
 extern char** environ;
@@ -52,22 +50,10 @@ int RankShepherdMain(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(exit_path).parent_path(), ec);
   std::filesystem::remove(exit_path, ec);
-  // `WORKER train --ranks-from slurm ...`: the shepherd resolves the ranks from its task's
-  // environment with the worker's own parser (WorkerAssignment) and hands the worker explicit
-  // rank flags, so any adworker runs under it (adworker also reads --ranks-from slurm itself,
-  // for `srun adworker train --ranks-from slurm` without adctld).
+  // The worker command line is the launch plan's (PlanClusterArgv: `--ranks-from slurm`, no
+  // rank flags), unchanged: adworker resolves its rank, world size and local rank from the
+  // task's environment itself, as it does under a plain `srun adworker train --ranks-from slurm`.
   std::vector<std::string> words(argv + i, argv + argc);
-  if (words.size() > 2 && std::find(words.begin(), words.end(), "--ranks-from") != words.end()) {
-    auto assignment =
-        WorkerAssignment::FromArgs(std::vector<std::string>(words.begin() + 2, words.end()));
-    if (!assignment.ok()) {
-      std::fprintf(stderr, "adctld rank-shepherd: %s\n", assignment.status().ToString().c_str());
-      return 2;
-    }
-    assignment->ranks_from.clear();
-    words.resize(2);
-    for (std::string& w : assignment->ToArgv()) words.push_back(std::move(w));
-  }
   std::vector<char*> worker_argv;
   for (std::string& w : words) worker_argv.push_back(w.data());
   worker_argv.push_back(nullptr);

@@ -18,9 +18,9 @@ namespace adctl {
 
 // `adctld rank-shepherd --job-dir DIR --attempt A -- WORKER ARGS...`: a Slurm task's shepherd.
 // The rank is SLURM_PROCID; the exit file is JobLayout(DIR).rank_exit(A, rank), as for a local
-// rank. A worker command line with `--ranks-from slurm` gets explicit rank flags instead, resolved
-// by WorkerAssignment from the task's environment. Returns only on a usage error (exit code 2
-// and a message on stderr).
+// rank. The worker command line runs as given (the launch plan's `--ranks-from slurm`: adworker
+// reads SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID itself). Returns only on a usage error (exit
+// code 2 and a message on stderr).
 int RankShepherdMain(int argc, char** argv);
 
 }  // namespace adctl

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "common/job_layout.h"
+#include "common/worker_contract.h"
 
 namespace adctl {
 
@@ -152,9 +153,22 @@ bool IsActiveState(const std::string& state) {
   return false;
 }
 
+// How long a rank that left its exit file waits for its batch job's end state: while Slurm ends
+// the job (COMPLETING: KillWait, epilog) ...
+constexpr double kCompletingWaitSeconds = 60;
+// ... and, after the ranks stopped on Slurm's warning (SIGUSR1 grace_seconds before the time
+// limit), for the end itself: grace_seconds plus this (Slurm checks limits every 30 s, so the
+// warning may come 30 s early and the end 30 s late).
+constexpr double kWarnedWaitSeconds = 90;
+constexpr double kDefaultGraceSeconds = 30;  // a re-attached job's (its spec is not at hand)
+
 }  // namespace
 
 bool ClusterJobInfo::active() const { return IsActiveState(state); }
+
+bool ClusterJobInfo::ended_by_cluster() const {
+  return state == "TIMEOUT" || state == "NODE_FAIL" || state == "PREEMPTED" || state == "BOOT_FAIL";
+}
 
 std::string SlurmJobName(const std::string& job_id, int attempt) {
   return "adctl-" + job_id + "-a" + std::to_string(attempt);
@@ -219,7 +233,13 @@ std::string SlurmBatchScript(const AttemptLaunch& launch, const SlurmOptions& op
     << "  " << ShellQuote(shepherd) << " rank-shepherd --job-dir " << ShellQuote(launch.job_dir)
     << " --attempt " << launch.attempt << " -- \\\n ";
   for (const std::string& a : launch.cluster_argv) s << " " << ShellQuote(a);
-  s << "\n";
+  s << "\n"
+    << "rc=$?\n"
+    << "# 75: the ranks checkpointed and stopped on a signal. adctld cancels this job at\n"
+    << "# once when the signal was its own; after Slurm's (SIGUSR1 before the time limit) the\n"
+    << "# job stays until Slurm ends it, so that its state says why (TIMEOUT).\n"
+    << "if [ \"$rc\" = 75 ]; then exec sleep infinity; fi\n"
+    << "exit \"$rc\"\n";
   return s.str();
 }
 
@@ -306,6 +326,7 @@ Result<LaunchedAttempt> SlurmLauncher::LaunchAttempt(const AttemptLaunch& launch
   }
   std::lock_guard<std::mutex> lock(mu_);
   watched_.insert(id);
+  grace_[id] = launch.cluster.grace_seconds;
   ClusterJobInfo pending;
   pending.state = "PENDING";
   states_[id] = pending;
@@ -362,11 +383,34 @@ ClusterJobInfo SlurmLauncher::DescribeLocked(const std::string& cluster_job) {
 }
 
 bool SlurmLauncher::Alive(const RankHandle& rank) {
-  if (ReadExitFile(rank.exit_path).ok()) return false;
+  auto exit = ReadExitFile(rank.exit_path);
   std::lock_guard<std::mutex> lock(mu_);
   const ClusterJobInfo info = DescribeLocked(rank.cluster_job);
-  // Unknown (Slurm not answering yet): alive; the rank heartbeats say more.
-  return info.state.empty() || info.active();
+  if (!exit.ok()) {
+    // Unknown (Slurm not answering yet): alive; the rank heartbeats say more. A job Slurm is
+    // ending (COMPLETING) is waited for, so that the rank's end names Slurm's final state.
+    if (info.state.empty() || info.active()) return true;
+    return info.state == "COMPLETING" && WaitForEndLocked(rank, kCompletingWaitSeconds);
+  }
+  // The rank left its exit file. It counts as ended at once, unless its batch job is ending
+  // under it: while Slurm ends the job (COMPLETING), and, when the rank stopped (exit 75) on a
+  // signal adctld did not send (Slurm's SIGUSR1 before a time limit or a preemption), until
+  // Slurm ends the job (the batch script stays: SlurmBatchScript), so that the rank's end names
+  // Slurm's state (TIMEOUT, PREEMPTED) rather than a bare "stopped".
+  if (info.state == "COMPLETING") return WaitForEndLocked(rank, kCompletingWaitSeconds);
+  if (info.active() && exit->signal == 0 && exit->exit_code == kExitStopped &&
+      !stopped_by_us_.count(rank.cluster_job)) {
+    auto g = grace_.find(rank.cluster_job);
+    const double grace = g == grace_.end() ? kDefaultGraceSeconds : g->second;
+    return WaitForEndLocked(rank, grace + kWarnedWaitSeconds);
+  }
+  return false;
+}
+
+bool SlurmLauncher::WaitForEndLocked(const RankHandle& rank, double limit_seconds) {
+  const double now = MonotonicSeconds();
+  auto it = waiting_since_.emplace(rank.cluster_job + "/" + rank.exit_path, now).first;
+  return now - it->second < limit_seconds;
 }
 
 Result<ExitStatus> SlurmLauncher::ReadExit(const std::string& exit_path) {
@@ -385,6 +429,7 @@ Status SlurmLauncher::Signal(const RankHandle& rank, int signal) {
   auto it = signalled_.find(key);
   if (it != signalled_.end() && now - it->second < options_.poll_seconds) return Status::Ok();
   signalled_[key] = now;
+  stopped_by_us_.insert(rank.cluster_job);
   if (info.state == "PENDING" || signal == SIGKILL) {
     if (signal == SIGKILL && info.state != "PENDING") {
       (void)Run({Tool("scancel"), "--full", "--signal=KILL", rank.cluster_job});
@@ -402,8 +447,12 @@ void SlurmLauncher::EndAttempt(const std::string& cluster_job) {
   const ClusterJobInfo info = DescribeLocked(cluster_job);
   if (info.active()) (void)Run({Tool("scancel"), cluster_job});
   watched_.erase(cluster_job);
-  for (auto it = signalled_.begin(); it != signalled_.end();) {
-    it = it->first.rfind(cluster_job + "/", 0) == 0 ? signalled_.erase(it) : std::next(it);
+  grace_.erase(cluster_job);
+  stopped_by_us_.erase(cluster_job);
+  for (auto* keyed : {&signalled_, &waiting_since_}) {
+    for (auto it = keyed->begin(); it != keyed->end();) {
+      it = it->first.rfind(cluster_job + "/", 0) == 0 ? keyed->erase(it) : std::next(it);
+    }
   }
 }
 

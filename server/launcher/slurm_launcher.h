@@ -14,6 +14,11 @@
 //
 // A rank ended when its exit file exists, or, without one, when the batch job is no longer
 // active (squeue / scontrol: NODE_FAIL, PREEMPTED, TIMEOUT, CANCELLED: killed, retryable).
+// When Slurm ends the batch job under its ranks (a time limit, a preemption, a node failure) a
+// rank's end waits for the job's end state, so that the monitor can name it ("Slurm job 12
+// ended TIMEOUT") and retry: while the job is COMPLETING, and, for ranks that stopped (exit 75)
+// on Slurm's SIGUSR1 warning, until Slurm ends the job (the batch script does not exit after
+// such a stop; adctld cancels the job when the stop was its own). Each wait is bounded.
 // Signal() is `scancel --signal=SIG <job>` (SIGKILL: `scancel --full --signal=KILL` and
 // `scancel`); a job still pending is cancelled outright. State is read from `squeue`, once per
 // `poll_seconds` for all jobs this launcher watches (so a tick costs at most one squeue), and
@@ -80,6 +85,9 @@ class SlurmLauncher : public Launcher {
   // Runs a Slurm command; its stdout, or an error with its stderr.
   Result<std::string> Run(const std::vector<std::string>& argv);
   ClusterJobInfo DescribeLocked(const std::string& cluster_job);
+  // Whether a rank that looks ended still waits for its batch job's end state: true until
+  // `limit_seconds` after the first call for this rank.
+  bool WaitForEndLocked(const RankHandle& rank, double limit_seconds);
 
   // Constant after construction.
   const SlurmOptions options_;
@@ -90,6 +98,10 @@ class SlurmLauncher : public Launcher {
   std::set<std::string> watched_;                 // guarded by mu_
   double polled_at_ = 0;                          // guarded by mu_
   std::map<std::string, double> signalled_;       // guarded by mu_; "job/signal" → when
+  std::set<std::string> stopped_by_us_;           // guarded by mu_; jobs adctld signalled
+  std::map<std::string, double> grace_;           // guarded by mu_; job → spec grace_seconds
+  // guarded by mu_; "job/exit path" → when the rank began waiting for the job's end (Alive)
+  std::map<std::string, double> waiting_since_;
 };
 
 }  // namespace adctl

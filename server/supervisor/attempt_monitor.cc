@@ -337,15 +337,17 @@ void AttemptMonitor::ObserveRankLocked(Attempt* a, size_t index, double now) {
   r.exited = !a->launcher->HasLeftovers(Handle(r));
   store_->RecordRankExit(a->job_id, a->attempt, r.rank, st.exit_code, st.signal);
 
-  const ExitClass cls = ClassifyExit(st);
+  ExitClass cls = ClassifyExit(st);
   std::string message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
-  if (!recorded.ok() && !r.cluster_job.empty()) {
-    // Without its exit file the rank's batch job ended under it: say how (NODE_FAIL,
-    // PREEMPTED, TIMEOUT, CANCELLED), retryable like any kill.
-    const ClusterJobInfo info = a->launcher->Describe(r.cluster_job);
-    message += " (Slurm job " + r.cluster_job + ": " +
-               (info.state.empty() ? std::string("gone") : info.state) +
+  const ClusterJobInfo info =
+      r.cluster_job.empty() ? ClusterJobInfo{} : a->launcher->Describe(r.cluster_job);
+  if (!r.cluster_job.empty() && (!recorded.ok() || info.ended_by_cluster())) {
+    // The rank's batch job ended under it (no exit file, or Slurm ended it: TIMEOUT,
+    // NODE_FAIL, PREEMPTED): say how. Slurm's end is retryable, whatever the rank exited with.
+    message += " (Slurm job " + r.cluster_job +
+               (info.state.empty() ? std::string(": state unknown") : " ended " + info.state) +
                (info.reason.empty() || info.reason == "None" ? "" : ", " + info.reason) + ")";
+    if (info.ended_by_cluster() && cls == ExitClass::kFatal) cls = ExitClass::kRetryable;
   }
   recorder_->AddEvent(a->job_id, a->attempt, "rank_exit",
                       (cls == ExitClass::kSuccess || cls == ExitClass::kStopped) ? "info" : "error",

@@ -73,6 +73,9 @@ TEST(SlurmLauncherTest, BatchScriptRunsOneShepherdedTaskPerRank) {
                                 "'/shared/adctl/jobs/j-abc123' --attempt 2 --"));
   EXPECT_THAT(script, HasSubstr("'--ranks-from' 'slurm'"));
   EXPECT_THAT(script, Not(HasSubstr("secret-token")));  // the token travels in sbatch's env
+  // Ranks stopped by Slurm's warning (exit 75): the job stays until Slurm ends it (TIMEOUT).
+  EXPECT_THAT(script,
+              HasSubstr("if [ \"$rc\" = 75 ]; then exec sleep infinity; fi\nexit \"$rc\"\n"));
 
   AttemptLaunch cpu = TwoNodeAttempt();
   cpu.cluster.gpus = false;
@@ -98,6 +101,7 @@ TEST(SlurmLauncherTest, ParsesScontrolShowJob) {
   EXPECT_EQ(info.reason, "NodeDown");
   EXPECT_EQ(info.nodes, "gpu-[01-02]");
   EXPECT_FALSE(info.active());
+  EXPECT_TRUE(info.ended_by_cluster());  // retryable, whatever the ranks exited with
   EXPECT_TRUE(ParseScontrolJob("JobState=PENDING Reason=Resources NodeList=(null)").active());
   EXPECT_EQ(ParseScontrolJob("JobState=PENDING NodeList=(null)").nodes, "");
 }

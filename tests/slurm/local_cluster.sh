@@ -5,6 +5,8 @@
 #   local_cluster.sh start DIR   writes DIR/slurm.conf, starts the daemons, waits until the node
 #                                is idle; exit 0 and "SLURM_CONF=DIR/slurm.conf" on stdout, or
 #                                exit 3 and the reason on stderr when the daemons cannot start
+#                                (partitions: debug, the default, and urgent, whose jobs preempt
+#                                debug's: PreemptMode=CANCEL)
 #   local_cluster.sh stop DIR    stops slurmd and slurmctld by their pid files (munged stays:
 #                                it is the host's, and other clusters may use it)
 set -uo pipefail
@@ -93,8 +95,12 @@ AccountingStorageType=accounting_storage/none
 ReturnToService=2
 KillWait=5
 MinJobAge=300
+# A job in 'urgent' preempts (cancels) jobs in 'debug': the tests' PREEMPTED.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2
 CONF
 export SLURM_CONF=$dir/slurm.conf
 slurmctld -f "$SLURM_CONF" 2>"$dir/slurmctld.err" || cannot "slurmctld did not start: $(tail -3 "$dir/slurmctld.err" "$dir/ctld.log" 2>/dev/null)"

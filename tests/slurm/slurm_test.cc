@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,10 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string SlurmSpec(int steps, int max_restarts = 0) {
+std::string SlurmSpec(int steps, int max_restarts = 0, const std::string& more = "") {
   return TinyJobSpec("slurm-tiny", steps,
                      "launcher: slurm, gpus: 2, max_restarts: " + std::to_string(max_restarts) +
-                         ", grace_seconds: 20");
+                         ", grace_seconds: 20" + (more.empty() ? "" : ", " + more));
 }
 
 std::string ClusterJob(const nlohmann::json& job) {
@@ -156,6 +157,19 @@ TEST_F(SlurmTest, CancelStopsTheRanksThroughScancel) {
   const std::string cluster_job = ClusterJob(running);
   ASSERT_FALSE(cluster_job.empty());
   EXPECT_EQ(SlurmState(cluster_job), "RUNNING");
+  // Each worker resolved its own rank from its Slurm task (`--ranks-from slurm`, as the launch
+  // plan wrote it): the shepherd passed the command line through, without rank flags.
+  ASSERT_EQ(running["ranks"].size(), 2u) << running.dump(2);
+  for (const auto& r : running["ranks"]) {
+    const int pid = r.value("pid", 0);
+    ASSERT_GT(pid, 0) << running.dump(2);
+    std::string cmdline = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    EXPECT_NE(cmdline.find(" train "), std::string::npos) << cmdline;
+    EXPECT_NE(cmdline.find("--ranks-from slurm"), std::string::npos) << cmdline;
+    EXPECT_EQ(cmdline.find("--rank "), std::string::npos) << cmdline;
+    EXPECT_EQ(cmdline.find("--world-size"), std::string::npos) << cmdline;
+  }
   EXPECT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
   auto job = c.WaitState(id, "CANCELLED", 60);
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_CANCELLED");
@@ -274,7 +288,102 @@ TEST_F(SlurmTest, KilledRankRestartsAsANewSlurmJob) {
   auto failed = c.WaitState(id, "FAILED", 60);
   EXPECT_NE(failed.value("message", "").find("restarts exhausted (1/1)"), std::string::npos)
       << failed.dump(2);
-  EXPECT_TRUE(AnyEventContains(id, "(Slurm job " + second_job + ":")) << failed.dump(2);
+  EXPECT_TRUE(AnyEventContains(id, "(Slurm job " + second_job + " ended ")) << failed.dump(2);
+}
+
+// Slurm ends the batch job at its time limit: SIGUSR1 grace_seconds before it (the ranks
+// checkpoint and stop), then TIMEOUT. adctld names it and restarts from the checkpoint as a new
+// batch job. (Slurm's limits are whole minutes, checked every 30 s: this test takes 1-1.5 min.)
+TEST_F(SlurmTest, TimeLimitEndsInTimeoutAndRestartsFromTheCheckpoint) {
+  Coordinator& c = *coordinator_;
+  // grace_seconds 1: Slurm warns at its first 30 s check within 31 s of the limit, so the ranks
+  // train (and checkpoint) for about half a minute first.
+  std::string spec = SlurmSpec(100000, /*max_restarts=*/1, "slurm_time_limit: \"1\"");
+  spec.replace(spec.find("grace_seconds: 20"), 17, "grace_seconds: 1");
+  const std::string id = c.Submit(c.WriteSpec("timeout", spec));
+  auto first = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return CheckpointStep(j) >= 2; }, 90, "a checkpoint");
+  const std::string first_job = ClusterJob(first);
+  ASSERT_FALSE(first_job.empty());
+  CommandResult shown = c.Run("scontrol", {"show", "job", first_job});
+  EXPECT_NE(shown.out.find("TimeLimit=00:01:00"), std::string::npos) << shown.out;
+  auto second = c.WaitUntil(
+      id,
+      [](const nlohmann::json& j) {
+        return j.value("attempt", 0) == 2 && j.value("state", "") == "JOB_STATE_RUNNING";
+      },
+      150, "attempt 2 running after the time limit");
+  EXPECT_EQ(SlurmState(first_job), "TIMEOUT");
+  EXPECT_EQ(second.value("restarts", 0), 1);
+  EXPECT_NE(ClusterJob(second), first_job);
+  EXPECT_TRUE(AnyEventContains(id, "(Slurm job " + first_job + " ended TIMEOUT"))
+      << c.AdctlJson({"events", id}).dump(2);
+  EXPECT_TRUE(AnyEventContains(id, "restarting from the newest checkpoint (1/1)"));
+  CommandResult log = c.Adctl({"logs", id, "--rank", "0", "--attempt", "2"});
+  EXPECT_NE(log.out.find("resumed from"), std::string::npos) << log.out << log.err;
+  EXPECT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
+  c.WaitState(id, "CANCELLED", 60);
+}
+
+// A job in the higher-priority partition preempts (cancels) the adctl job's batch job:
+// PREEMPTED, retried as a new batch job from the checkpoint once the cluster has room.
+TEST_F(SlurmTest, PreemptionEndsInPreemptedAndRestartsAsANewSlurmJob) {
+  Coordinator& c = *coordinator_;
+  const std::string id = c.Submit(c.WriteSpec("preempt", SlurmSpec(100000, /*max_restarts=*/1)));
+  auto first = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return CheckpointStep(j) >= 2; }, 90, "a checkpoint");
+  const std::string first_job = ClusterJob(first);
+  ASSERT_FALSE(first_job.empty());
+  CommandResult urgent = c.Run("sbatch", {"--parsable", "--partition=urgent", "--exclusive",
+                                          "--output=/dev/null", "--wrap", "sleep 2"});
+  ASSERT_EQ(urgent.exit_code, 0) << urgent.err;
+  auto second = c.WaitUntil(
+      id,
+      [](const nlohmann::json& j) {
+        return j.value("attempt", 0) == 2 && j.value("state", "") == "JOB_STATE_RUNNING";
+      },
+      90, "attempt 2 running after the preemption");
+  EXPECT_EQ(SlurmState(first_job), "PREEMPTED");
+  EXPECT_EQ(second.value("restarts", 0), 1);
+  EXPECT_NE(ClusterJob(second), first_job);
+  EXPECT_TRUE(AnyEventContains(id, "(Slurm job " + first_job + " ended PREEMPTED"))
+      << c.AdctlJson({"events", id}).dump(2);
+  CommandResult log = c.Adctl({"logs", id, "--rank", "0", "--attempt", "2"});
+  EXPECT_NE(log.out.find("resumed from"), std::string::npos) << log.out << log.err;
+  EXPECT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
+  c.WaitState(id, "CANCELLED", 60);
+}
+
+// The node goes down under the running batch job: NODE_FAIL, retryable; with no restarts left
+// the job fails naming it.
+TEST_F(SlurmTest, NodeFailureEndsInNodeFailAndFailsWhenRestartsAreUsedUp) {
+  Coordinator& c = *coordinator_;
+  const std::string id = c.Submit(c.WriteSpec("nodefail", SlurmSpec(100000)));
+  auto running = c.WaitUntil(
+      id, [](const nlohmann::json& j) { return Step(j) >= 1; }, 90, "step 1");
+  const std::string cluster_job = ClusterJob(running);
+  ASSERT_FALSE(cluster_job.empty());
+  std::string node = c.Run("sinfo", {"-h", "-o", "%N"}).out;
+  node = node.substr(0, node.find('\n'));
+  ASSERT_FALSE(node.empty());
+  CommandResult down =
+      c.Run("scontrol", {"update", "nodename=" + node, "state=down", "reason=adctl-test"});
+  EXPECT_EQ(down.exit_code, 0) << down.err;
+  auto failed = c.WaitState(id, "FAILED", 60);
+  // The node back for the next tests (ReturnToService=2 may have resumed it already).
+  (void)c.Run("scontrol", {"update", "nodename=" + node, "state=resume"});
+  std::string state;
+  for (int i = 0; i < 100 && state != "idle"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    state = c.Run("sinfo", {"-h", "-n", node, "-p", "debug", "-o", "%T"}).out;
+    state = state.substr(0, state.find('\n'));
+  }
+  EXPECT_EQ(state, "idle");
+  EXPECT_EQ(SlurmState(cluster_job), "NODE_FAIL");
+  const std::string message = failed.value("message", "");
+  EXPECT_NE(message.find("(Slurm job " + cluster_job + " ended NODE_FAIL"), std::string::npos)
+      << failed.dump(2);
+  EXPECT_NE(message.find("restarts exhausted (0/0)"), std::string::npos) << failed.dump(2);
 }
 
 TEST_F(SlurmTest, AdctldRestartReattachesToTheRunningSlurmJob) {
