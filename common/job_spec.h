@@ -150,6 +150,11 @@ struct TrainSpec {
   // Capture a training micro-step as a CUDA graph and replay it (worker/train/step_graph.h):
   // one GPU, LibTorch 2.x; ignored, with an event saying so, elsewhere.
   bool cuda_graphs = false;
+  // Let cuDNN time its convolution algorithms on each new shape and keep the fastest
+  // (torch.backends.cudnn.benchmark); off: its heuristic's first choice. GPUs only. Off by
+  // default: on an H200 it gained under 0.5 % and cost 6–28 s before the first step
+  // (bench/results/cudnn_autotune_h200_20261202.md).
+  bool cudnn_benchmark = false;
   // "linear" | "scaled_linear" | "pretrained" (model.pretrained's scheduler/scheduler_config.json
   // gives the schedule, betas, timesteps and prediction type)
   BetaSchedule beta_schedule = BetaSchedule::kLinear;

@@ -189,6 +189,7 @@ class Preprocess {
 
     device_ = compat::ComputeDevice();
     compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
+    if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(spec_.train.cudnn_benchmark);
     store_dtype_ = spec_.preprocess.dtype == CacheDtype::kFp16 ? torch::kHalf : torch::kBFloat16;
 
     auto tokenizer = ClipTokenizer::Load(*tok_dir);

@@ -160,6 +160,9 @@ class Run {
     compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
     if (device_.is_cuda()) torch::empty({1}, device_);  // the CUDA context, timed on its own
     startup_.Mark("CUDA context");
+    // cuDNN's autotuner times each convolution shape once (the first steps, before a CUDA graph
+    // capture) and reuses its pick: shapes are fixed for the whole run.
+    if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(spec_.train.cudnn_benchmark);
     if (device_.is_cuda() && std::getenv("OMP_NUM_THREADS") == nullptr) {
       // A GPU rank's CPU work is drawing the next batch (on the prefetch thread). With every
       // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
