@@ -259,6 +259,21 @@ ClusterJobInfo ParseScontrolJob(const std::string& text) {
   return info;
 }
 
+ClusterJobInfo ParseSacctJob(const std::string& text) {
+  ClusterJobInfo info;
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line)) return info;
+  std::vector<std::string> f;
+  std::stringstream fields(line);
+  for (std::string part; std::getline(fields, part, '|');) f.push_back(Trim(part));
+  if (f.empty()) return info;
+  info.state = f[0].substr(0, f[0].find(' '));  // "CANCELLED by 1000" → CANCELLED
+  if (f.size() > 1 && f[1] != "None assigned") info.nodes = f[1];
+  if (f.size() > 2) info.reason = f[2];
+  return info;
+}
+
 SlurmLauncher::SlurmLauncher(SlurmOptions options) : options_(std::move(options)) {}
 
 std::string SlurmLauncher::Tool(const std::string& name) const {
@@ -372,6 +387,16 @@ ClusterJobInfo SlurmLauncher::DescribeLocked(const std::string& cluster_job) {
         }
       } else if (shown.status().message().find("Invalid job id") == std::string::npos) {
         continue;  // Slurm did not answer: keep what we knew
+      }
+      // Past MinJobAge only accounting remembers the job (sacct fails where there is none).
+      auto accounted =
+          Run({Tool("sacct"), "-n", "-P", "-X", "-o", "State,NodeList,Reason", "-j", id});
+      if (accounted.ok()) {
+        ClusterJobInfo info = ParseSacctJob(accounted.value());
+        if (!info.state.empty()) {
+          states_[id] = info;
+          continue;
+        }
       }
       ClusterJobInfo gone;
       gone.state = "GONE";

@@ -22,7 +22,9 @@
 // Signal() is `scancel --signal=SIG <job>` (SIGKILL: `scancel --full --signal=KILL` and
 // `scancel`); a job still pending is cancelled outright. State is read from `squeue`, once per
 // `poll_seconds` for all jobs this launcher watches (so a tick costs at most one squeue), and
-// from `scontrol show job` for a job squeue no longer lists. Thread-safe (one mutex).
+// from `scontrol show job` for a job squeue no longer lists, and from `sacct` when scontrol has
+// forgotten it too (past MinJobAge: e.g. after a long adctld outage) and the cluster keeps
+// accounting. Thread-safe (one mutex).
 #pragma once
 
 #include <map>
@@ -59,6 +61,9 @@ std::string SlurmBatchScript(const AttemptLaunch& launch, const SlurmOptions& op
 std::vector<std::string> SlurmBatchArgs(const AttemptLaunch& launch, const SlurmOptions& options);
 // Parses `scontrol show job` output ("JobState=RUNNING Reason=None ... NodeList=n1").
 ClusterJobInfo ParseScontrolJob(const std::string& text);
+// Parses `sacct -n -P -X -o State,NodeList,Reason -j ID` output ("TIMEOUT|n1|TimeLimit"; a
+// cancelled job's state reads "CANCELLED by 1000"); an empty state when there is no line.
+ClusterJobInfo ParseSacctJob(const std::string& text);
 
 class SlurmLauncher : public Launcher {
  public:

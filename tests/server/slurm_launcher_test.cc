@@ -106,5 +106,18 @@ TEST(SlurmLauncherTest, ParsesScontrolShowJob) {
   EXPECT_EQ(ParseScontrolJob("JobState=PENDING NodeList=(null)").nodes, "");
 }
 
+TEST(SlurmLauncherTest, ParsesSacct) {
+  const ClusterJobInfo timeout = ParseSacctJob("TIMEOUT|gpu-[01-02]|TimeLimit\n");
+  EXPECT_EQ(timeout.state, "TIMEOUT");
+  EXPECT_EQ(timeout.nodes, "gpu-[01-02]");
+  EXPECT_EQ(timeout.reason, "TimeLimit");
+  EXPECT_TRUE(timeout.ended_by_cluster());
+  const ClusterJobInfo cancelled = ParseSacctJob("CANCELLED by 1000|n1|None\n");
+  EXPECT_EQ(cancelled.state, "CANCELLED");
+  EXPECT_FALSE(cancelled.active());
+  EXPECT_EQ(ParseSacctJob("PENDING|None assigned|Priority\n").nodes, "");
+  EXPECT_TRUE(ParseSacctJob("").state.empty());  // no record: the job stays GONE
+}
+
 }  // namespace
 }  // namespace adctl
