@@ -120,6 +120,8 @@ TEST(JobSpecTest, Overrides) {
   EXPECT_EQ(spec->model.gradient_checkpointing, GradientCheckpointing::kFull);  // the old bool
   EXPECT_EQ(spec->name, "renamed");
   EXPECT_EQ(spec->checkpoint.dir, "/tmp/x y");
+  EXPECT_FALSE(spec->train.cudnn_benchmark);  // off unless asked for
+  EXPECT_TRUE(ParseJobSpec(kTiny, {"train.cudnn_benchmark=true"})->train.cudnn_benchmark);
 
   // One beta over a file that uses the list form edits the list.
   Result<JobSpec> one_beta = ParseJobSpec(kTiny, {"train.beta2=0.5"});
