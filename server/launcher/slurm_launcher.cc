@@ -162,6 +162,14 @@ constexpr double kCompletingWaitSeconds = 60;
 constexpr double kWarnedWaitSeconds = 90;
 constexpr double kDefaultGraceSeconds = 30;  // a re-attached job's (its spec is not at hand)
 
+// The fields of one line of `squeue -o 'a|b'` or `sacct -P` output, trimmed.
+std::vector<std::string> SplitFields(const std::string& line) {
+  std::vector<std::string> fields;
+  std::stringstream in(line);
+  for (std::string part; std::getline(in, part, '|');) fields.push_back(Trim(part));
+  return fields;
+}
+
 }  // namespace
 
 bool ClusterJobInfo::active() const { return IsActiveState(state); }
@@ -264,9 +272,7 @@ ClusterJobInfo ParseSacctJob(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line)) return info;
-  std::vector<std::string> f;
-  std::stringstream fields(line);
-  for (std::string part; std::getline(fields, part, '|');) f.push_back(Trim(part));
+  const std::vector<std::string> f = SplitFields(line);
   if (f.empty()) return info;
   info.state = f[0].substr(0, f[0].find(' '));  // "CANCELLED by 1000" → CANCELLED
   if (f.size() > 1 && f[1] != "None assigned") info.nodes = f[1];
@@ -361,10 +367,7 @@ ClusterJobInfo SlurmLauncher::DescribeLocked(const std::string& cluster_job) {
       std::istringstream lines(out.value());
       std::string line;
       while (std::getline(lines, line)) {
-        std::vector<std::string> f;
-        std::stringstream ls(line);
-        std::string part;
-        while (std::getline(ls, part, '|')) f.push_back(Trim(part));
+        const std::vector<std::string> f = SplitFields(line);
         if (f.size() < 4) continue;
         ClusterJobInfo info;
         info.state = f[1];

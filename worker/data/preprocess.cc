@@ -307,17 +307,16 @@ class Preprocess {
                                          " was made with other settings; use a new "
                                          "preprocess.output or delete the old cache"};
       }
+      if (s % o_.world_size == o_.rank) CountSkipsOfWrittenShard(**file);
     }
     return std::nullopt;
   }
 
-  // Adds the skips a shard written by an earlier attempt recorded (its `skipped` metadata), so
-  // the counts a rank reports cover the whole job.
-  void CountSkipsOfWrittenShard(int64_t shard) {
-    auto file = SafetensorsFile::Open(ShardPath(shard));
-    if (!file.ok()) return;  // CheckExistingCache refused unreadable shards already
-    auto it = (*file)->metadata().find("skipped");
-    if (it == (*file)->metadata().end()) return;
+  // Adds the skips a shard of this rank written by an earlier attempt recorded (its `skipped`
+  // metadata), so the counts a rank reports cover the whole job.
+  void CountSkipsOfWrittenShard(const SafetensorsFile& file) {
+    auto it = file.metadata().find("skipped");
+    if (it == file.metadata().end()) return;
     const Json skipped = Json::parse(it->second, nullptr, /*allow_exceptions=*/false);
     if (!skipped.is_array()) return;
     for (const Json& s : skipped) {
@@ -462,8 +461,7 @@ class Preprocess {
     for (int64_t s = o_.rank; s < num_shards_; s += o_.world_size) {
       ++mine;
       if (fs::exists(ShardPath(s))) {
-        ++done;
-        CountSkipsOfWrittenShard(s);
+        ++done;  // its skips were counted by CheckExistingCache
       } else {
         todo.push_back(s);
       }
