@@ -124,6 +124,7 @@ void ForEachField(Spec& s, F&& f) {
   f("train.attention", s.train.attention);
   f("train.cuda_graphs", s.train.cuda_graphs);
   f("train.cudnn_benchmark", s.train.cudnn_benchmark);
+  f("train.fused_kernels", s.train.fused_kernels);
   f("train.beta_schedule", s.train.beta_schedule);
   f("train.beta_start", s.train.beta_start);
   f("train.beta_end", s.train.beta_end);

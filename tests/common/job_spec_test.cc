@@ -122,6 +122,8 @@ TEST(JobSpecTest, Overrides) {
   EXPECT_EQ(spec->checkpoint.dir, "/tmp/x y");
   EXPECT_FALSE(spec->train.cudnn_benchmark);  // off unless asked for
   EXPECT_TRUE(ParseJobSpec(kTiny, {"train.cudnn_benchmark=true"})->train.cudnn_benchmark);
+  EXPECT_TRUE(spec->train.fused_kernels);  // on unless turned off
+  EXPECT_FALSE(ParseJobSpec(kTiny, {"train.fused_kernels=false"})->train.fused_kernels);
 
   // One beta over a file that uses the list form edits the list.
   Result<JobSpec> one_beta = ParseJobSpec(kTiny, {"train.beta2=0.5"});

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "worker/compat.h"
+#include "worker/kernels/fused_ops.h"
 
 namespace adctl {
 
@@ -85,6 +86,11 @@ torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor
   return torch::group_norm(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
 }
 
+torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x) {
+  const auto& o = layer->options;
+  return GroupNormSilu(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
+}
+
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x) {
   const auto& o = layer->options;
   return torch::layer_norm(x, o.normalized_shape(), As(layer->weight, x), As(layer->bias, x),
@@ -133,12 +139,12 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels,
 
 torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& emb,
                                          int64_t num_frames) {
-  auto h = Conv2dIn(conv1, torch::silu(GroupNormIn(norm1, x)));
+  auto h = Conv2dIn(conv1, GroupNormSiluIn(norm1, x));
   // Project once per clip, then broadcast to its frames.
   auto t = LinearIn(time_emb_proj, torch::silu(As(emb, x)));
   t = t.repeat_interleave(num_frames, 0).unsqueeze(-1).unsqueeze(-1);
   h = h + t;
-  h = Conv2dIn(conv2, torch::silu(GroupNormIn(norm2, h)));
+  h = Conv2dIn(conv2, GroupNormSiluIn(norm2, h));
   auto shortcut = conv_shortcut ? Conv2dIn(conv_shortcut, x) : x;
   return shortcut + h;
 }
@@ -192,9 +198,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult) {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  auto h = LinearIn(proj, x);
-  auto parts = h.chunk(2, -1);
-  return LinearIn(out, parts[0] * torch::gelu(parts[1]));
+  return LinearIn(out, Geglu(LinearIn(proj, x)));
 }
 
 SpatialTransformerBlockImpl::SpatialTransformerBlockImpl(int64_t dim, int64_t heads,

@@ -42,6 +42,8 @@ void InitializeLinearAndConv(torch::nn::Module& module);
 torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x);
 torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x);
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
+// SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/fused_ops.h).
+torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x);
 
 // Sinusoidal timestep features, [B] → [B, dim], fp32 (diffusers get_timestep_embedding).

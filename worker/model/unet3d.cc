@@ -188,7 +188,7 @@ torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tens
     }
   }
 
-  x = Conv2dIn(conv_out, torch::silu(GroupNormIn(conv_norm_out, x)));
+  x = Conv2dIn(conv_out, GroupNormSiluIn(conv_norm_out, x));
   return x.view({b, frames, x.size(1), x.size(2), x.size(3)}).permute({0, 2, 1, 3, 4});
 }
 

@@ -27,6 +27,7 @@
 #include "worker/dist/communicator.h"
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
+#include "worker/kernels/fused_ops.h"
 #include "worker/model/flops.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
@@ -35,6 +36,7 @@
 #include "worker/train/checkpoint_saver.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/step_graph.h"
+#include "worker/train/step_profiler.h"
 #include "worker/video/ffmpeg_log.h"
 
 #if defined(ADCTL_WITH_CUDA)
@@ -163,6 +165,7 @@ class Run {
     // cuDNN's autotuner times each convolution shape once (the first steps, before a CUDA graph
     // capture) and reuses its pick: shapes are fixed for the whole run.
     if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(spec_.train.cudnn_benchmark);
+    SetFusedKernels(spec_.train.fused_kernels);
     if (device_.is_cuda() && std::getenv("OMP_NUM_THREADS") == nullptr) {
       // A GPU rank's CPU work is drawing the next batch (on the prefetch thread). With every
       // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
@@ -520,6 +523,9 @@ class Run {
             static_cast<int>(2 * accum));
       }
     }
+    std::string profile_message;
+    profiler_ = StepProfiler::FromEnvironment(o_.rank, &profile_message);
+    if (!profile_message.empty()) reporter_.OnEvent(EventLevel::kInfo, profile_message);
     reporter_.OnTrainingStarted(step_, t.max_steps);
     model_->train();
     // Afterwards the stop agreement rides on each step's single all-reduce of its numbers.
@@ -528,6 +534,7 @@ class Run {
     while (step_ < t.max_steps) {
       // One rank decides alone; several agree through the previous step's all-reduce.
       if (stop || (!comm_ && LocalStopRequested())) return StopAfterCheckpoint();
+      if (profiler_) profiler_->BeforeStep(step_ + 1);
       double data_wait = 0;
       torch::Tensor loss_sum;  // on the device: one host sync per step, not per micro-step
       for (int64_t micro = 0; micro < accum; ++micro) {
@@ -558,6 +565,11 @@ class Run {
       stop = host[2].item<double>() > 0;
       ++step_;
       samples_seen_ += global_batch;
+      if (profiler_) {
+        if (auto written = profiler_->AfterStep(step_)) {
+          reporter_.OnEvent(EventLevel::kInfo, *written);
+        }
+      }
       // Wall time since the previous step ended: everything the loop does per step counts.
       const auto step_end = SteadyClock::now();
       const double step_seconds = Seconds(last_step_end, step_end);
@@ -799,6 +811,7 @@ class Run {
   bool graph_reported_ = false;
   std::unique_ptr<CheckpointSaver> saver_;  // rank 0, when checkpoints are enabled
   std::unique_ptr<StepGraph> step_graph_;   // train.cuda_graphs on one GPU
+  std::unique_ptr<StepProfiler> profiler_;  // ADCTL_PROFILE_STEPS (benchmarks)
 };
 
 }  // namespace

@@ -1,0 +1,202 @@
+// The fused CUDA kernels (worker/kernels/fused_ops_cuda.cu) against LibTorch's composition on the
+// same GPU (label gpu; skipped without one): fp32 within 1e-5, bf16 within bf16's rounding of
+// the fp32 result; and the UNet's bf16 output and gradients with the kernels against fp32.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "worker/kernels/fused_ops.h"
+#include "worker/model/weights.h"
+
+#if defined(ADCTL_WITH_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace adctl {
+namespace {
+
+// ‖a − b‖ / ‖b‖.
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kDouble) - b.to(torch::kDouble)).norm() / b.to(torch::kDouble).norm())
+      .item<double>();
+}
+
+class FusedOpsGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    if (!FusedKernelsBuilt()) GTEST_SKIP() << "built without the CUDA kernels";
+    SetFusedKernels(true);
+  }
+};
+
+struct Shape {
+  std::vector<int64_t> dims;
+  int64_t groups;
+};
+
+// SD1.5's shapes at 16×256² (128 frames folded into the batch; hw 1024 … 16, also an up-block's
+// concatenated 960 channels), and odd ones that take the scalar path.
+const std::vector<Shape> kGroupNormShapes = {{{128, 320, 32, 32}, 32}, {{128, 960, 32, 32}, 32},
+                                             {{128, 1280, 4, 4}, 32},  {{3, 64, 5, 3}, 32},
+                                             {{2, 6, 7}, 3},           {{16, 2560, 8, 8}, 32}};
+
+TEST_F(FusedOpsGpuTest, GroupNormSiluMatchesTheCompositionInFp32) {
+  torch::manual_seed(1);
+  for (const auto& s : kGroupNormShapes) {
+    const auto o = torch::TensorOptions().device(torch::kCUDA);
+    auto x = (torch::randn(s.dims, o) * 2 + 0.5).requires_grad_();
+    auto w = torch::randn({s.dims[1]}, o), b = torch::randn({s.dims[1]}, o);
+    auto dy = torch::randn(s.dims, o);
+    auto ref = torch::silu(torch::group_norm(x, s.groups, w, b, 1e-5));
+    auto ref_dx = torch::autograd::grad({ref}, {x}, {dy})[0];
+    auto out = GroupNormSilu(x, s.groups, w, b, 1e-5);
+    auto dx = torch::autograd::grad({out}, {x}, {dy})[0];
+    EXPECT_LT(RelativeError(out, ref), 1e-5) << s.dims;
+    EXPECT_LT(RelativeError(dx, ref_dx), 1e-5) << s.dims;
+  }
+}
+
+TEST_F(FusedOpsGpuTest, GroupNormSiluTrainsItsWeightAndBias) {
+  torch::manual_seed(2);
+  const auto o = torch::TensorOptions().device(torch::kCUDA);
+  auto x = torch::randn({8, 64, 6, 6}, o).requires_grad_();
+  auto w = torch::randn({64}, o).requires_grad_(), b = torch::randn({64}, o).requires_grad_();
+  auto dy = torch::randn_like(x);
+  auto ref =
+      torch::autograd::grad({torch::silu(torch::group_norm(x, 32, w, b, 1e-6))}, {x, w, b}, {dy});
+  auto got = torch::autograd::grad({GroupNormSilu(x, 32, w, b, 1e-6)}, {x, w, b}, {dy});
+  for (int i = 0; i < 3; ++i) EXPECT_LT(RelativeError(got[i], ref[i]), 1e-5) << i;
+}
+
+TEST_F(FusedOpsGpuTest, GroupNormSiluInBf16IsWithinBf16RoundingOfFp32) {
+  torch::manual_seed(3);
+  for (const auto& s : kGroupNormShapes) {
+    const auto o = torch::TensorOptions().device(torch::kCUDA);
+    auto x32 = torch::randn(s.dims, o) * 2 + 0.5;
+    auto w32 = torch::randn({s.dims[1]}, o), b32 = torch::randn({s.dims[1]}, o);
+    auto dy32 = torch::randn(s.dims, o);
+    // The fp32 truth of the bf16 inputs.
+    auto x = x32.to(torch::kBFloat16), w = w32.to(torch::kBFloat16), b = b32.to(torch::kBFloat16);
+    auto dy = dy32.to(torch::kBFloat16);
+    auto xt = x.to(torch::kFloat).requires_grad_();
+    auto truth = torch::silu(
+        torch::group_norm(xt, s.groups, w.to(torch::kFloat), b.to(torch::kFloat), 1e-5));
+    auto truth_dx = torch::autograd::grad({truth}, {xt}, {dy.to(torch::kFloat)})[0];
+    auto xb = x.clone().requires_grad_();
+    auto out = GroupNormSilu(xb, s.groups, w, b, 1e-5);
+    auto dx = torch::autograd::grad({out}, {xb}, {dy})[0];
+    ASSERT_EQ(out.scalar_type(), torch::kBFloat16);
+    EXPECT_LT(RelativeError(out, truth), 8e-3) << s.dims;
+    EXPECT_LT(RelativeError(dx, truth_dx), 8e-3) << s.dims;
+  }
+}
+
+TEST_F(FusedOpsGpuTest, GegluMatchesTheCompositionInFp32AndBf16) {
+  torch::manual_seed(4);
+  // FF inputs of SD1.5 at 16×256² (tokens × 2·inner) and odd widths (scalar path).
+  for (const auto& dims : {std::vector<int64_t>{128, 1024, 2560},
+                           std::vector<int64_t>{16, 64, 10240}, std::vector<int64_t>{3, 5, 14}}) {
+    const auto o = torch::TensorOptions().device(torch::kCUDA);
+    auto h32 = torch::randn(dims, o) * 2;
+    auto dshape = dims;
+    dshape.back() /= 2;
+    auto d32 = torch::randn(dshape, o);
+    auto composition = [](const torch::Tensor& h) {
+      auto parts = h.chunk(2, -1);
+      return parts[0] * torch::gelu(parts[1]);
+    };
+    auto ht = h32.clone().requires_grad_();
+    auto ref = composition(ht);
+    auto ref_dh = torch::autograd::grad({ref}, {ht}, {d32})[0];
+    auto hf = h32.clone().requires_grad_();
+    auto out = Geglu(hf);
+    auto dh = torch::autograd::grad({out}, {hf}, {d32})[0];
+    EXPECT_LT(RelativeError(out, ref), 1e-5) << dims;
+    EXPECT_LT(RelativeError(dh, ref_dh), 1e-5) << dims;
+
+    auto hb = h32.to(torch::kBFloat16).requires_grad_();
+    auto db = d32.to(torch::kBFloat16);
+    auto hbt = hb.detach().to(torch::kFloat).requires_grad_();
+    auto truth = composition(hbt);
+    auto truth_dh = torch::autograd::grad({truth}, {hbt}, {db.to(torch::kFloat)})[0];
+    auto outb = Geglu(hb);
+    auto dhb = torch::autograd::grad({outb}, {hb}, {db})[0];
+    EXPECT_LT(RelativeError(outb, truth), 8e-3) << dims;
+    EXPECT_LT(RelativeError(dhb, truth_dh), 8e-3) << dims;
+  }
+}
+
+#if defined(ADCTL_WITH_CUDA)
+TEST_F(FusedOpsGpuTest, KernelsFollowTheCurrentStream) {
+  // The step's CUDA graph is captured on a side stream: the kernels must run on the current one.
+  auto stream = c10::cuda::getStreamFromPool();
+  const auto o = torch::TensorOptions().device(torch::kCUDA);
+  auto x = torch::randn({4, 64, 8, 8}, o);
+  torch::Tensor out;
+  {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    out = GroupNormSilu(x, 32, {}, {}, 1e-5);
+  }
+  stream.synchronize();
+  EXPECT_LT(RelativeError(out, torch::silu(torch::group_norm(x, 32, {}, {}, 1e-5))), 1e-5);
+}
+#endif
+
+// The diffusers fixture UNet (tests/fixtures) in bf16 with the fused kernels, against itself in
+// fp32: the prediction and the motion modules' gradients stay within bf16's reach, as close as
+// with LibTorch's separate operations.
+TEST_F(FusedOpsGpuTest, Bf16UNetWithFusedKernelsFollowsFp32) {
+  const std::string fixtures =
+      std::string(std::getenv("ADCTL_FIXTURES_DIR") ? std::getenv("ADCTL_FIXTURES_DIR")
+                                                    : ADCTL_FIXTURES_DIR) +
+      "/diffusers-tiny";
+  ModelSources src;
+  src.unet2d = fixtures + "/unet2d";
+  src.motion_adapter = fixtures + "/motion_adapter";
+  auto io = ReadTensorFile(fixtures + "/unet_motion_io.safetensors");
+  ASSERT_TRUE(io.ok()) << io.status().ToString();
+  auto& t = *io;
+  // pred and the motion modules' gradients of one forward/backward in `dtype`.
+  auto run = [&](torch::ScalarType dtype, bool fused) {
+    SetFusedKernels(fused);
+    auto loaded = LoadUNet3D(src, "auto");
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    auto model = loaded->model;
+    model->to(torch::kCUDA, dtype);
+    model->FreezeAllButMotionModules();
+    auto pred = model->forward(t["sample"].cuda().to(dtype), t["timesteps"].cuda(),
+                               t["encoder_hidden_states"].cuda().to(dtype));
+    torch::mse_loss(pred.to(torch::kFloat), t["target"].cuda()).backward();
+    std::vector<torch::Tensor> out = {pred.detach().to(torch::kFloat)};
+    for (const auto& [name, p] : model->MotionParameters())
+      out.push_back(p.grad().to(torch::kFloat));
+    return out;
+  };
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  const auto fp32 = run(torch::kFloat, false);
+  const auto fused = run(torch::kBFloat16, true);
+  const auto plain = run(torch::kBFloat16, false);
+  SetFusedKernels(true);
+  ASSERT_EQ(fused.size(), fp32.size());
+  const double pred_fused = RelativeError(fused[0], fp32[0]);
+  const double pred_plain = RelativeError(plain[0], fp32[0]);
+  EXPECT_LT(pred_fused, 2e-2);
+  EXPECT_LT(pred_fused, 1.5 * pred_plain + 1e-3)
+      << "fused " << pred_fused << " plain " << pred_plain;
+  double worst_fused = 0, worst_plain = 0;
+  for (size_t i = 1; i < fp32.size(); ++i) {
+    if (fp32[i].norm().item<double>() == 0) continue;
+    worst_fused = std::max(worst_fused, RelativeError(fused[i], fp32[i]));
+    worst_plain = std::max(worst_plain, RelativeError(plain[i], fp32[i]));
+  }
+  EXPECT_LT(worst_fused, 1.5 * worst_plain + 1e-2)
+      << "fused " << worst_fused << " plain " << worst_plain;
+}
+
+}  // namespace
+}  // namespace adctl

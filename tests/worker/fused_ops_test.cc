@@ -1,0 +1,119 @@
+// The fused operations' formulas (worker/kernels/fused_ops.h) on the CPU: the reference math the
+// CUDA kernels implement (tests/gpu/fused_ops_gpu_test.cc compares them) must give the values and
+// gradients of LibTorch's composition under autograd.
+#include "worker/kernels/fused_ops.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace adctl {
+namespace {
+
+double MaxRelative(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+struct GroupNormCase {
+  std::vector<int64_t> shape;
+  int64_t groups;
+  bool affine;
+};
+
+class FusedGroupNormSiluTest : public ::testing::TestWithParam<GroupNormCase> {};
+
+TEST_P(FusedGroupNormSiluTest, ValuesAndGradientsAreTheComposition) {
+  torch::manual_seed(7);
+  const auto& p = GetParam();
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  // Shifted and scaled so the variance is not 1 and the mean not 0.
+  auto x = (torch::randn(p.shape, opts) * 3 + 1.5).requires_grad_();
+  torch::Tensor w, b;
+  if (p.affine) {
+    w = torch::randn({p.shape[1]}, opts).requires_grad_();
+    b = torch::randn({p.shape[1]}, opts).requires_grad_();
+  }
+  auto dy = torch::randn(p.shape, opts);
+
+  auto ref = torch::silu(torch::group_norm(x, p.groups, w, b, 1e-5));
+  auto ref_grads = torch::autograd::grad(
+      {ref}, p.affine ? std::vector<torch::Tensor>{x, w, b} : std::vector<torch::Tensor>{x}, {dy});
+  auto out = FusedGroupNormSilu(x, p.groups, w, b, 1e-5);
+  auto grads = torch::autograd::grad(
+      {out}, p.affine ? std::vector<torch::Tensor>{x, w, b} : std::vector<torch::Tensor>{x}, {dy});
+  EXPECT_LT(MaxRelative(out, ref), 1e-12);
+  EXPECT_LT(MaxRelative(grads[0], ref_grads[0]), 1e-10) << "dx";
+  if (p.affine) {
+    EXPECT_LT(MaxRelative(grads[1], ref_grads[1]), 1e-10) << "dweight";
+    EXPECT_LT(MaxRelative(grads[2], ref_grads[2]), 1e-10) << "dbias";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedGroupNormSiluTest,
+                         ::testing::Values(GroupNormCase{{2, 8, 4, 4}, 4, true},
+                                           GroupNormCase{{3, 6, 5, 3}, 3, false},
+                                           GroupNormCase{{2, 12, 7}, 2, true},
+                                           GroupNormCase{{2, 8, 1, 1}, 2, true}));
+
+TEST(FusedGroupNormSilu, StatisticsAreTheGroupsMeanAndInverseDeviation) {
+  auto x = torch::tensor({1.0f, 3.0f, 5.0f, 7.0f, 2.0f, 2.0f, 2.0f, 6.0f}).view({1, 4, 2});
+  auto r = fused_reference::GroupNormSiluForward(x, 2, {}, {}, 0.0);
+  // Group 0: 1, 3, 5, 7 → mean 4, var 5; group 1: 2, 2, 2, 6 → mean 3, var 3.
+  EXPECT_NEAR(r.mean[0][0].item<double>(), 4.0, 1e-6);
+  EXPECT_NEAR(r.mean[0][1].item<double>(), 3.0, 1e-6);
+  EXPECT_NEAR(r.rstd[0][0].item<double>(), 1 / std::sqrt(5.0), 1e-6);
+  EXPECT_NEAR(r.rstd[0][1].item<double>(), 1 / std::sqrt(3.0), 1e-6);
+  EXPECT_EQ(r.mean.scalar_type(), torch::kFloat);
+}
+
+TEST(FusedGroupNormSilu, NamesChannelsThatDoNotSplitIntoGroups) {
+  auto x = torch::randn({1, 6, 2, 2});
+  try {
+    FusedGroupNormSilu(x, 4, {}, {}, 1e-5);
+    FAIL() << "6 channels in 4 groups accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 channels do not split into 4 groups"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(FusedGeglu, ValuesAndGradientsAreTheComposition) {
+  torch::manual_seed(11);
+  for (const auto& shape : {std::vector<int64_t>{2, 5, 12}, std::vector<int64_t>{3, 14}}) {
+    auto h = (torch::randn(shape, torch::kDouble) * 2).requires_grad_();
+    auto dout_shape = shape;
+    dout_shape.back() /= 2;
+    auto dout = torch::randn(dout_shape, torch::kDouble);
+    auto parts = h.chunk(2, -1);
+    auto ref = parts[0] * torch::gelu(parts[1]);
+    auto ref_dh = torch::autograd::grad({ref}, {h}, {dout})[0];
+    auto out = FusedGeglu(h);
+    auto dh = torch::autograd::grad({out}, {h}, {dout})[0];
+    EXPECT_LT(MaxRelative(out, ref), 1e-12);
+    EXPECT_LT(MaxRelative(dh, ref_dh), 1e-10);
+  }
+}
+
+TEST(FusedGeglu, Float32WithinRounding) {
+  torch::manual_seed(3);
+  auto h = torch::randn({4, 64}).requires_grad_();
+  auto dout = torch::randn({4, 32});
+  auto parts = h.chunk(2, -1);
+  auto ref_dh = torch::autograd::grad({parts[0] * torch::gelu(parts[1])}, {h}, {dout})[0];
+  auto dh = torch::autograd::grad({FusedGeglu(h)}, {h}, {dout})[0];
+  EXPECT_LT(MaxRelative(dh, ref_dh), 1e-5);
+}
+
+TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
+  // The switch only matters for CUDA tensors: on the CPU the layers run the plain operations.
+  auto x = torch::randn({2, 8, 3, 3});
+  auto ref = torch::silu(torch::group_norm(x, 4, {}, {}, 1e-6));
+  SetFusedKernels(true);
+  EXPECT_TRUE(torch::equal(GroupNormSilu(x, 4, {}, {}, 1e-6), ref));
+  auto h = torch::randn({3, 10});
+  auto parts = h.chunk(2, -1);
+  EXPECT_TRUE(torch::equal(Geglu(h), parts[0] * torch::gelu(parts[1])));
+}
+
+}  // namespace
+}  // namespace adctl

@@ -1,0 +1,67 @@
+// Fused operations of the UNet's training step: what torch.compile fuses and LibTorch runs as
+// separate kernels. Each is an autograd function with two implementations of one formula:
+//   - CUDA kernels of our own (fused_ops_cuda.cu; the CUDA build only), reading and writing each
+//     activation once where LibTorch's composition makes several passes, and saving less for the
+//     backward (GroupNorm+SiLU keeps x and two numbers per group, not GroupNorm's output; GEGLU
+//     keeps its input, not GELU's output);
+//   - the same math in LibTorch operations (namespace fused_reference), which the CPU tests
+//     compare with autograd's gradient of the composition, and the GPU tests compare the kernels
+//     with (tests/gpu/fused_ops_gpu_test.cc).
+// The layers call GroupNormSilu / Geglu: the fused kernels for CUDA tensors while
+// SetFusedKernels(true) (train.fused_kernels), LibTorch's composition otherwise.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace adctl {
+
+// Whether this build has the CUDA kernels.
+bool FusedKernelsBuilt();
+// Process-wide switch (the trainer sets it from train.fused_kernels); on by default.
+void SetFusedKernels(bool on);
+bool FusedKernelsEnabled();
+
+// SiLU(GroupNorm(x)); x is [N, C, ...] with C divisible by `groups`; weight and bias [C] or
+// undefined.
+torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                            const torch::Tensor& bias, double eps);
+// a · GELU(g) for h = [a, g] split in halves along the last dimension (diffusers' GEGLU after
+// its projection).
+torch::Tensor Geglu(const torch::Tensor& h);
+
+// The fused autograd functions themselves, on any device: the kernels on CUDA tensors of a
+// build that has them, the reference math otherwise. (GroupNormSilu / Geglu above pick between
+// these and the plain composition.)
+torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
+                                 const torch::Tensor& weight, const torch::Tensor& bias,
+                                 double eps);
+torch::Tensor FusedGeglu(const torch::Tensor& h);
+
+namespace fused_reference {
+
+// The kernels' formulas in LibTorch operations, computed in fp32 (fp64 for fp64 inputs) and
+// returned in the input's dtype.
+struct GroupNormSiluResult {
+  torch::Tensor y;     // x's shape and dtype
+  torch::Tensor mean;  // [N, groups], fp32 (fp64 for fp64 inputs)
+  torch::Tensor rstd;  // [N, groups], likewise: 1 / sqrt(var + eps), var the biased variance
+};
+GroupNormSiluResult GroupNormSiluForward(const torch::Tensor& x, int64_t groups,
+                                         const torch::Tensor& weight, const torch::Tensor& bias,
+                                         double eps);
+// x's gradient from y's (dy), given the forward's statistics.
+torch::Tensor GroupNormSiluBackward(const torch::Tensor& dy, const torch::Tensor& x,
+                                    const torch::Tensor& mean, const torch::Tensor& rstd,
+                                    const torch::Tensor& weight, const torch::Tensor& bias,
+                                    int64_t groups);
+// The weight's and bias's gradients ([C] each, in the compute type), for when they train.
+std::pair<torch::Tensor, torch::Tensor> GroupNormSiluAffineBackward(
+    const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
+    const torch::Tensor& rstd, const torch::Tensor& weight, const torch::Tensor& bias,
+    int64_t groups);
+
+torch::Tensor GegluForward(const torch::Tensor& h);
+torch::Tensor GegluBackward(const torch::Tensor& dout, const torch::Tensor& h);
+
+}  // namespace fused_reference
+}  // namespace adctl

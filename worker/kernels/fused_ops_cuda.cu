@@ -1,0 +1,403 @@
+// Fused element-wise kernels for the UNet's training step (worker/kernels/fused_ops.h says what
+// each computes and which LibTorch composition it replaces). Memory-bound: each reads and writes
+// every element as few times as the math allows, V elements per load (16 bytes), in fp32
+// registers whatever the storage dtype.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "worker/kernels/fused_ops_cuda.h"
+
+namespace adctl::fused_cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float Load(float v) { return v; }
+__device__ __forceinline__ float Load(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float Load(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T Store(float v);
+template <>
+__device__ __forceinline__ float Store<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 Store<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+template <>
+__device__ __forceinline__ __half Store<__half>(float v) {
+  return __float2half(v);
+}
+
+// V elements moved by one load or store instruction.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum of v over the block (kThreads threads), in every thread. `shared`: kThreads / 32 floats.
+__device__ float BlockSum(float v, float* shared) {
+  v = WarpSum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // a previous call's readers are done with `shared`
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  return WarpSum(lane < kThreads / 32 ? shared[lane] : 0.f);
+}
+
+__device__ __forceinline__ float Sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
+
+// GELU(x) = x·Φ(x) and its derivative Φ(x) + x·φ(x), exact (erf) as torch::gelu's default.
+__device__ __forceinline__ float Gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678f)); }
+__device__ __forceinline__ float GeluGrad(float x) {
+  const float cdf = 0.5f * (1.f + erff(x * 0.70710678f));
+  const float pdf = 0.39894228f * expf(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+// One block per (sample, group): the group's elements are contiguous (channels g·c/G … of one
+// sample, hw each). Mean, then the mean squared deviation (exact two-pass variance, the second
+// read mostly from L2), then the normalised, affine, SiLU'd output.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    GroupNormSiluForwardKernel(const T* x, const T* gamma, const T* beta, T* y, float* mean_out,
+                               float* rstd_out, int64_t c, int64_t hw, int64_t groups, float eps) {
+  __shared__ float shared[kThreads / 32];
+  using VecT = Vec<T, V>;
+  const int64_t group = blockIdx.x;
+  const int64_t cg = c / groups, size = cg * hw, vecs = size / V;
+  const int64_t first_channel = (group % groups) * cg;
+  const VecT* xg = reinterpret_cast<const VecT*>(x + group * size);
+  VecT* yg = reinterpret_cast<VecT*>(y + group * size);
+
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < vecs; i += kThreads) {
+    const VecT in = xg[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) sum += Load(in.v[k]);
+  }
+  const float mean = BlockSum(sum, shared) / static_cast<float>(size);
+  float squares = 0.f;
+  for (int64_t i = threadIdx.x; i < vecs; i += kThreads) {
+    const VecT in = xg[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float d = Load(in.v[k]) - mean;
+      squares += d * d;
+    }
+  }
+  const float rstd = rsqrtf(BlockSum(squares, shared) / static_cast<float>(size) + eps);
+  if (threadIdx.x == 0) {
+    mean_out[group] = mean;
+    rstd_out[group] = rstd;
+  }
+  for (int64_t i = threadIdx.x; i < vecs; i += kThreads) {
+    const int64_t channel = first_channel + i * V / hw;  // hw % V == 0: one channel per vector
+    const float scale = rstd * (gamma ? Load(gamma[channel]) : 1.f);
+    const float shift = (beta ? Load(beta[channel]) : 0.f) - mean * scale;
+    const VecT in = xg[i];
+    VecT out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float z = Load(in.v[k]) * scale + shift;
+      out.v[k] = Store<T>(z * Sigmoid(z));
+    }
+    yg[i] = out;
+  }
+}
+
+// dz = dy · SiLU'(z) with z recomputed from x and the statistics; g = dz · γ; then GroupNorm's
+// input gradient dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) over the group.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    GroupNormSiluBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                                const T* gamma, const T* beta, T* dx, int64_t c, int64_t hw,
+                                int64_t groups) {
+  __shared__ float shared[kThreads / 32];
+  using VecT = Vec<T, V>;
+  const int64_t group = blockIdx.x;
+  const int64_t cg = c / groups, size = cg * hw, vecs = size / V;
+  const int64_t first_channel = (group % groups) * cg;
+  const VecT* xg = reinterpret_cast<const VecT*>(x + group * size);
+  const VecT* dyg = reinterpret_cast<const VecT*>(dy + group * size);
+  VecT* dxg = reinterpret_cast<VecT*>(dx + group * size);
+  const float mu = mean[group], r = rstd[group];
+
+  // g and x̂ of one element.
+  auto grad = [&](float xv, float dyv, float gm, float bt, float* xhat) {
+    *xhat = (xv - mu) * r;
+    const float z = *xhat * gm + bt;
+    const float s = Sigmoid(z);
+    return dyv * s * (1.f + z * (1.f - s)) * gm;
+  };
+  float sum_g = 0.f, sum_gx = 0.f;
+  for (int64_t i = threadIdx.x; i < vecs; i += kThreads) {
+    const int64_t channel = first_channel + i * V / hw;
+    const float gm = gamma ? Load(gamma[channel]) : 1.f;
+    const float bt = beta ? Load(beta[channel]) : 0.f;
+    const VecT xv = xg[i], dyv = dyg[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float xhat;
+      const float g = grad(Load(xv.v[k]), Load(dyv.v[k]), gm, bt, &xhat);
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+  }
+  const float mean_g = BlockSum(sum_g, shared) / static_cast<float>(size);
+  const float mean_gx = BlockSum(sum_gx, shared) / static_cast<float>(size);
+  for (int64_t i = threadIdx.x; i < vecs; i += kThreads) {
+    const int64_t channel = first_channel + i * V / hw;
+    const float gm = gamma ? Load(gamma[channel]) : 1.f;
+    const float bt = beta ? Load(beta[channel]) : 0.f;
+    const VecT xv = xg[i], dyv = dyg[i];
+    VecT out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float xhat;
+      const float g = grad(Load(xv.v[k]), Load(dyv.v[k]), gm, bt, &xhat);
+      out.v[k] = Store<T>(r * (g - mean_g - xhat * mean_gx));
+    }
+    dxg[i] = out;
+  }
+}
+
+// Element-wise over [rows, e] vectors of V, grid-stride.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    GegluForwardKernel(const T* h, T* out, int64_t rows, int64_t e) {
+  using VecT = Vec<T, V>;
+  const int64_t per_row = e / V, total = rows * per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t row = i / per_row, col = i % per_row;
+    const VecT a = reinterpret_cast<const VecT*>(h + row * 2 * e)[col];
+    const VecT g = reinterpret_cast<const VecT*>(h + row * 2 * e + e)[col];
+    VecT o;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = Store<T>(Load(a.v[k]) * Gelu(Load(g.v[k])));
+    reinterpret_cast<VecT*>(out + row * e)[col] = o;
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    GegluBackwardKernel(const T* dout, const T* h, T* dh, int64_t rows, int64_t e) {
+  using VecT = Vec<T, V>;
+  const int64_t per_row = e / V, total = rows * per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t row = i / per_row, col = i % per_row;
+    const VecT d = reinterpret_cast<const VecT*>(dout + row * e)[col];
+    const VecT a = reinterpret_cast<const VecT*>(h + row * 2 * e)[col];
+    const VecT g = reinterpret_cast<const VecT*>(h + row * 2 * e + e)[col];
+    VecT da, dg;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float dv = Load(d.v[k]), gv = Load(g.v[k]);
+      da.v[k] = Store<T>(dv * Gelu(gv));
+      dg.v[k] = Store<T>(dv * Load(a.v[k]) * GeluGrad(gv));
+    }
+    reinterpret_cast<VecT*>(dh + row * 2 * e)[col] = da;
+    reinterpret_cast<VecT*>(dh + row * 2 * e + e)[col] = dg;
+  }
+}
+
+// The widest vector (≤ 16 bytes) that divides `extent` and that every pointer is aligned to.
+template <typename T>
+int VectorWidth(int64_t extent, std::initializer_list<const void*> pointers) {
+  for (int v = static_cast<int>(16 / sizeof(T)); v > 1; v /= 2) {
+    bool ok = extent % v == 0;
+    for (const void* p : pointers) ok = ok && reinterpret_cast<uintptr_t>(p) % (v * sizeof(T)) == 0;
+    if (ok) return v;
+  }
+  return 1;
+}
+
+unsigned ElementwiseBlocks(int64_t vectors) {
+  return static_cast<unsigned>(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 1 << 20));
+}
+
+template <typename T>
+int GroupNormSiluForwardT(const void* x, const void* gamma, const void* beta, void* y, float* mean,
+                          float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups, float eps,
+                          cudaStream_t stream) {
+  const auto* xt = static_cast<const T*>(x);
+  const auto* gt = static_cast<const T*>(gamma);
+  const auto* bt = static_cast<const T*>(beta);
+  auto* yt = static_cast<T*>(y);
+  const unsigned blocks = static_cast<unsigned>(n * groups);
+  switch (VectorWidth<T>(hw, {x, y})) {
+    case 8:
+      GroupNormSiluForwardKernel<T, 8>
+          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
+      break;
+    case 4:
+      GroupNormSiluForwardKernel<T, 4>
+          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
+      break;
+    case 2:
+      GroupNormSiluForwardKernel<T, 2>
+          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
+      break;
+    default:
+      GroupNormSiluForwardKernel<T, 1>
+          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int GroupNormSiluBackwardT(const void* dy, const void* x, const float* mean, const float* rstd,
+                           const void* gamma, const void* beta, void* dx, int64_t n, int64_t c,
+                           int64_t hw, int64_t groups, cudaStream_t stream) {
+  const auto* dyt = static_cast<const T*>(dy);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* gt = static_cast<const T*>(gamma);
+  const auto* bt = static_cast<const T*>(beta);
+  auto* dxt = static_cast<T*>(dx);
+  const unsigned blocks = static_cast<unsigned>(n * groups);
+  switch (VectorWidth<T>(hw, {dy, x, dx})) {
+    case 8:
+      GroupNormSiluBackwardKernel<T, 8>
+          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
+      break;
+    case 4:
+      GroupNormSiluBackwardKernel<T, 4>
+          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
+      break;
+    case 2:
+      GroupNormSiluBackwardKernel<T, 2>
+          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
+      break;
+    default:
+      GroupNormSiluBackwardKernel<T, 1>
+          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int GegluForwardT(const void* h, void* out, int64_t rows, int64_t e, cudaStream_t stream) {
+  const auto* ht = static_cast<const T*>(h);
+  auto* ot = static_cast<T*>(out);
+  const int v = VectorWidth<T>(e, {h, out});
+  const unsigned blocks = ElementwiseBlocks(rows * e / v);
+  switch (v) {
+    case 8:
+      GegluForwardKernel<T, 8><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
+      break;
+    case 4:
+      GegluForwardKernel<T, 4><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
+      break;
+    case 2:
+      GegluForwardKernel<T, 2><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
+      break;
+    default:
+      GegluForwardKernel<T, 1><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int GegluBackwardT(const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
+                   cudaStream_t stream) {
+  const auto* dt = static_cast<const T*>(dout);
+  const auto* ht = static_cast<const T*>(h);
+  auto* dht = static_cast<T*>(dh);
+  const int v = VectorWidth<T>(e, {dout, h, dh});
+  const unsigned blocks = ElementwiseBlocks(rows * e / v);
+  switch (v) {
+    case 8:
+      GegluBackwardKernel<T, 8><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
+      break;
+    case 4:
+      GegluBackwardKernel<T, 4><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
+      break;
+    case 2:
+      GegluBackwardKernel<T, 2><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
+      break;
+    default:
+      GegluBackwardKernel<T, 1><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
+                         float* mean, float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups,
+                         float eps, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32:
+      return GroupNormSiluForwardT<float>(x, gamma, beta, y, mean, rstd, n, c, hw, groups, eps, s);
+    case DType::kBFloat16:
+      return GroupNormSiluForwardT<__nv_bfloat16>(x, gamma, beta, y, mean, rstd, n, c, hw, groups,
+                                                  eps, s);
+    case DType::kFloat16:
+      return GroupNormSiluForwardT<__half>(x, gamma, beta, y, mean, rstd, n, c, hw, groups, eps, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                          const float* rstd, const void* gamma, const void* beta, void* dx,
+                          int64_t n, int64_t c, int64_t hw, int64_t groups, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32:
+      return GroupNormSiluBackwardT<float>(dy, x, mean, rstd, gamma, beta, dx, n, c, hw, groups, s);
+    case DType::kBFloat16:
+      return GroupNormSiluBackwardT<__nv_bfloat16>(dy, x, mean, rstd, gamma, beta, dx, n, c, hw,
+                                                   groups, s);
+    case DType::kFloat16:
+      return GroupNormSiluBackwardT<__half>(dy, x, mean, rstd, gamma, beta, dx, n, c, hw, groups,
+                                            s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32:
+      return GegluForwardT<float>(h, out, rows, e, s);
+    case DType::kBFloat16:
+      return GegluForwardT<__nv_bfloat16>(h, out, rows, e, s);
+    case DType::kFloat16:
+      return GegluForwardT<__half>(h, out, rows, e, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
+                  void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32:
+      return GegluBackwardT<float>(dout, h, dh, rows, e, s);
+    case DType::kBFloat16:
+      return GegluBackwardT<__nv_bfloat16>(dout, h, dh, rows, e, s);
+    case DType::kFloat16:
+      return GegluBackwardT<__half>(dout, h, dh, rows, e, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+const char* FusedCudaErrorString(int error) {
+  return cudaGetErrorString(static_cast<cudaError_t>(error));
+}
+
+}  // namespace adctl::fused_cuda

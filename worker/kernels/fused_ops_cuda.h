@@ -1,0 +1,36 @@
+// The CUDA kernels behind worker/kernels/fused_ops.h, as plain functions on raw device
+// pointers: this header and its .cu include neither LibTorch nor CUDA headers' types, so the
+// kernels compile with nvcc alone and the CPU build never sees them. Every call is enqueued on
+// `stream` (a cudaStream_t) and returns 0 or the cudaError_t of the launch;
+// FusedCudaErrorString names it. Tensors are contiguous; x is [n, c, hw] (NCHW with the spatial
+// dimensions flattened), h is [rows, 2e]; statistics are fp32.
+#pragma once
+
+#include <cstdint>
+
+namespace adctl::fused_cuda {
+
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+
+// y = SiLU(GroupNorm(x)), and the groups' mean and 1/σ ([n, groups], fp32) for the backward.
+// gamma and beta ([c], x's dtype) may be null (no affine).
+int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
+                         float* mean, float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups,
+                         float eps, void* stream);
+
+// dx from dy (the gradient of y) and the forward's input and statistics; γ and β take no
+// gradient here (the caller computes theirs when they need one).
+int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                          const float* rstd, const void* gamma, const void* beta, void* dx,
+                          int64_t n, int64_t c, int64_t hw, int64_t groups, void* stream);
+
+// GEGLU: out[r, j] = h[r, j] · GELU(h[r, e + j]) (exact, erf GELU), out is [rows, e].
+int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream);
+
+// dh = [dout · GELU(g), dout · a · GELU'(g)] for h = [a, g].
+int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
+                  void* stream);
+
+const char* FusedCudaErrorString(int error);
+
+}  // namespace adctl::fused_cuda
