@@ -20,7 +20,9 @@ using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
-const std::set<ActivityType> kActivities = {ActivityType::CUDA};
+// The operators too (with their input shapes): bench/profile-summary attributes each kernel to
+// the operator chain that launched it.
+const std::set<ActivityType> kActivities = {ActivityType::CPU, ActivityType::CUDA};
 #endif
 
 }  // namespace
@@ -60,7 +62,7 @@ void StepProfiler::BeforeStep(int64_t step) {
 #if defined(ADCTL_WITH_CUDA)
   if (step != first_ || active_) return;
   torch::cuda::synchronize();  // the earlier steps' kernels stay out of the trace
-  const ProfilerConfig config(ProfilerState::KINETO);
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/true);
   kineto::prepareProfiler(config, kActivities);
   kineto::enableProfiler(config, kActivities);
   active_ = true;

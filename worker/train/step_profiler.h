@@ -1,7 +1,8 @@
 // A kernel profile of a few training steps, for the GPU benchmarks (bench/engine-bench's
 // `profile` option): with ADCTL_PROFILE_STEPS=FIRST:COUNT and ADCTL_PROFILE_TRACE=PATH in a
-// worker's environment, rank 0 records the GPU kernels of steps FIRST … FIRST+COUNT−1 with
-// LibTorch's profiler (Kineto/CUPTI) and writes them to PATH as a Chrome trace;
+// worker's environment, rank 0 records the GPU kernels and the operators (with input shapes) that
+// launched them in steps FIRST … FIRST+COUNT−1 with LibTorch's profiler (Kineto/CUPTI) and
+// writes them to PATH as a Chrome trace;
 // bench/profile-summary groups them into the table of bench/results/. The CUDA build only (the
 // kernels are what it is for); elsewhere the variables are refused with a message.
 #pragma once
