@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <array>
+#include <cmath>
+
 namespace adctl {
 namespace {
 
@@ -104,6 +107,46 @@ TEST(FusedGeglu, Float32WithinRounding) {
   EXPECT_LT(MaxRelative(dh, ref_dh), 1e-5);
 }
 
+// softmax(q kᵀ/√d) v per head, written as attention layers do: projections [N, L, H·d] split
+// into heads.
+torch::Tensor AttentionComposition(const torch::Tensor& q, const torch::Tensor& k,
+                                   const torch::Tensor& v, int64_t heads) {
+  auto split = [heads](const torch::Tensor& t) {
+    return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
+  };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2) / heads));
+  auto p = torch::softmax(torch::matmul(split(q), split(k).transpose(-1, -2)) * scale, -1);
+  auto o = torch::matmul(p, split(v));
+  return o.transpose(1, 2).reshape({q.size(0), q.size(1), q.size(2)});
+}
+
+TEST(FusedShortAttention, ValuesAndGradientsAreTheComposition) {
+  torch::manual_seed(5);
+  for (const auto& [n, length, heads, d] :
+       {std::array<int64_t, 4>{6, 16, 2, 5}, std::array<int64_t, 4>{3, 7, 3, 4},
+        std::array<int64_t, 4>{2, 1, 1, 8}}) {
+    auto make = [&] {
+      return (torch::randn({n, length, heads * d}, torch::kDouble) * 2).requires_grad_();
+    };
+    auto q = make(), k = make(), v = make();
+    auto dout = torch::randn({n, length, heads * d}, torch::kDouble);
+    auto ref = AttentionComposition(q, k, v, heads);
+    auto ref_grads = torch::autograd::grad({ref}, {q, k, v}, {dout});
+    auto out = FusedShortAttention(q, k, v, heads);
+    auto grads = torch::autograd::grad({out}, {q, k, v}, {dout});
+    EXPECT_LT(MaxRelative(out, ref), 1e-12) << length;
+    for (int i = 0; i < 3; ++i) EXPECT_LT(MaxRelative(grads[i], ref_grads[i]), 1e-10) << i;
+  }
+}
+
+TEST(FusedShortAttention, LogSumExpIsPerSequenceHeadAndQuery) {
+  // One head, keys equal: every score is the same, so lse = score + log L.
+  auto q = torch::ones({1, 4, 2}, torch::kDouble), k = torch::ones({1, 4, 2}, torch::kDouble);
+  auto r = fused_reference::ShortAttentionForward(q, k, torch::randn({1, 4, 2}, torch::kDouble), 1);
+  ASSERT_EQ(r.lse.sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_NEAR(r.lse[0][2].item<double>(), 2 / std::sqrt(2.0) + std::log(4.0), 1e-12);
+}
+
 TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
   // The switch only matters for CUDA tensors: on the CPU the layers run the plain operations.
   auto x = torch::randn({2, 8, 3, 3});
@@ -113,6 +156,8 @@ TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
   auto h = torch::randn({3, 10});
   auto parts = h.chunk(2, -1);
   EXPECT_TRUE(torch::equal(Geglu(h), parts[0] * torch::gelu(parts[1])));
+  auto q = torch::randn({2, 16, 8});
+  EXPECT_FALSE(ShortAttentionApplies(q, q, 2));
 }
 
 }  // namespace

@@ -201,6 +201,60 @@ class GegluFunction : public torch::autograd::Function<GegluFunction> {
   }
 };
 
+class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
+                               const torch::Tensor& k_in, const torch::Tensor& v_in,
+                               int64_t heads) {
+    auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+    torch::Tensor out, lse;
+    if (UseKernel(q)) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(q.device());
+      const int64_t n = q.size(0), length = q.size(1), d = q.size(2) / heads;
+      out = torch::empty_like(q);
+      lse = torch::empty({n * heads, length}, q.options().dtype(torch::kFloat));
+      Check(fused_cuda::ShortAttentionForward(
+                KernelType(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                lse.data_ptr<float>(), n, length, heads, d,
+                static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                c10::cuda::getCurrentCUDAStream().stream()),
+            "short attention forward kernel");
+#endif
+    } else {
+      auto r = fused_reference::ShortAttentionForward(q, k, v, heads);
+      out = r.out;
+      lse = r.lse;
+    }
+    ctx->save_for_backward({q, k, v, lse});
+    ctx->saved_data["heads"] = heads;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &lse = saved[3];
+    const int64_t heads = ctx->saved_data["heads"].toInt();
+    const auto dout = grads[0].to(q.scalar_type()).contiguous();
+    if (UseKernel(q)) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(q.device());
+      const int64_t n = q.size(0), length = q.size(1), d = q.size(2) / heads;
+      auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
+      Check(fused_cuda::ShortAttentionBackward(
+                KernelType(q), dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), n, length,
+                heads, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                c10::cuda::getCurrentCUDAStream().stream()),
+            "short attention backward kernel");
+      return {dq, dk, dv, torch::Tensor()};
+#endif
+    }
+    auto g = fused_reference::ShortAttentionBackward(dout, q, k, v, lse, heads);
+    return {g[0], g[1], g[2], torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool FusedKernelsBuilt() {
@@ -230,6 +284,28 @@ torch::Tensor FusedGeglu(const torch::Tensor& h) {
   TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "GEGLU: the last dimension (", h.size(-1),
               ") must be even");
   return GegluFunction::apply(h);
+}
+
+bool ShortAttentionApplies(const torch::Tensor& q, const torch::Tensor& k, int64_t heads) {
+#ifdef ADCTL_FUSED_CUDA
+  if (!FusedKernelsEnabled() || !UseKernel(q) || q.dim() != 3 || k.sizes() != q.sizes()) {
+    return false;
+  }
+  return q.size(1) <= fused_cuda::kShortAttentionMaxLength && q.size(2) % heads == 0 &&
+         q.size(2) / heads <= fused_cuda::kShortAttentionMaxHeadDim;
+#else
+  (void)q, (void)k, (void)heads;
+  return false;
+#endif
+}
+
+torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, int64_t heads) {
+  TORCH_CHECK(
+      q.dim() == 3 && k.sizes() == q.sizes() && v.sizes() == q.sizes() && q.size(2) % heads == 0,
+      "short attention: q, k, v must be [N, L, heads·d] alike; got ", q.sizes(), ", ", k.sizes(),
+      ", ", v.sizes(), " with ", heads, " heads");
+  return ShortAttentionFunction::apply(q, k, v, heads);
 }
 
 torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
@@ -300,6 +376,45 @@ torch::Tensor GegluBackward(const torch::Tensor& dout, const torch::Tensor& h) {
   auto da = d * g * GeluCdf(g);
   auto dg = d * a * (GeluCdf(g) + g * pdf);
   return torch::cat({da, dg}, -1).to(h.scalar_type());
+}
+
+namespace {
+// [N, L, heads·d] → [N, heads, L, d] in the compute type, and back.
+torch::Tensor Heads(const torch::Tensor& t, int64_t heads, torch::ScalarType type) {
+  return t.to(type).view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
+}
+torch::Tensor Tokens(const torch::Tensor& t) {
+  return t.transpose(1, 2).reshape({t.size(0), t.size(2), -1});
+}
+}  // namespace
+
+AttentionResult ShortAttentionForward(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v, int64_t heads) {
+  const auto type = ComputeType(q);
+  auto qh = Heads(q, heads, type), kh = Heads(k, heads, type), vh = Heads(v, heads, type);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(qh.size(-1)));
+  auto scores = torch::matmul(qh, kh.transpose(-1, -2)) * scale;
+  auto lse = torch::logsumexp(scores, -1);
+  auto out = torch::matmul(torch::exp(scores - lse.unsqueeze(-1)), vh);
+  return {Tokens(out).to(q.scalar_type()), lse.reshape({-1, q.size(1)})};
+}
+
+std::vector<torch::Tensor> ShortAttentionBackward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                  const torch::Tensor& k, const torch::Tensor& v,
+                                                  const torch::Tensor& lse, int64_t heads) {
+  const auto type = ComputeType(q);
+  auto qh = Heads(q, heads, type), kh = Heads(k, heads, type), vh = Heads(v, heads, type);
+  auto dh = Heads(dout, heads, type);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(qh.size(-1)));
+  auto l = lse.to(type).view({q.size(0), heads, q.size(1), 1});
+  auto p = torch::exp(torch::matmul(qh, kh.transpose(-1, -2)) * scale - l);
+  auto dv = torch::matmul(p.transpose(-1, -2), dh);
+  auto dp = torch::matmul(dh, vh.transpose(-1, -2));
+  auto ds = p * (dp - (p * dp).sum(-1, /*keepdim=*/true));
+  auto dq = torch::matmul(ds, kh) * scale;
+  auto dk = torch::matmul(ds.transpose(-1, -2), qh) * scale;
+  const auto out_type = q.scalar_type();
+  return {Tokens(dq).to(out_type), Tokens(dk).to(out_type), Tokens(dv).to(out_type)};
 }
 
 }  // namespace fused_reference

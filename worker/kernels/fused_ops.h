@@ -29,6 +29,16 @@ torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch:
 // its projection).
 torch::Tensor Geglu(const torch::Tensor& h);
 
+// softmax(q kᵀ / √d) v per head for self-attention over short sequences: q, k, v [N, L, heads·d]
+// (the projections, as the linear layers give them), → [N, L, heads·d], ready for the output
+// projection. For the motion modules' attention over frames, where LibTorch's attention kernels
+// (tiled for long sequences) spend ~3 ms per call on 16 × 16 scores: one block per (sequence,
+// head), everything in shared memory, no transposes. ShortAttentionApplies says when the
+// kernel serves (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256, fp32/bf16/fp16).
+bool ShortAttentionApplies(const torch::Tensor& q, const torch::Tensor& k, int64_t heads);
+torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, int64_t heads);
+
 // The fused autograd functions themselves, on any device: the kernels on CUDA tensors of a
 // build that has them, the reference math otherwise. (GroupNormSilu / Geglu above pick between
 // these and the plain composition.)
@@ -62,6 +72,17 @@ std::pair<torch::Tensor, torch::Tensor> GroupNormSiluAffineBackward(
 
 torch::Tensor GegluForward(const torch::Tensor& h);
 torch::Tensor GegluBackward(const torch::Tensor& dout, const torch::Tensor& h);
+
+struct AttentionResult {
+  torch::Tensor out;  // [N, L, heads·d], q's dtype
+  torch::Tensor lse;  // [N·heads, L]: each query's log-sum-exp of its scaled scores (fp32/fp64)
+};
+AttentionResult ShortAttentionForward(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v, int64_t heads);
+// dq, dk, dv from dout, with the softmax recomputed from q, k and lse.
+std::vector<torch::Tensor> ShortAttentionBackward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                  const torch::Tensor& k, const torch::Tensor& v,
+                                                  const torch::Tensor& lse, int64_t heads);
 
 }  // namespace fused_reference
 }  // namespace adctl

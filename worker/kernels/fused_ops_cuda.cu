@@ -214,6 +214,131 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Short-sequence self-attention: block (sequence n, head h) loads its [L, d] slices of q, k, v
+// into shared memory (rows padded to d + 1 floats: conflict-free column walks), forms the L × L
+// scores, their softmax and the output. The backward recomputes the softmax from the saved
+// log-sum-exp and takes D_i = Σ_j P_ij dP_ij (= Σ_c dO_ic O_ic), so the output is not saved.
+constexpr int kAttentionThreads = 128;
+
+template <typename T>
+__device__ void LoadRows(const T* src, float* dst, int64_t base, int64_t row, int length, int d,
+                         int ld) {
+  for (int idx = threadIdx.x; idx < length * d; idx += kAttentionThreads) {
+    const int i = idx / d, c = idx % d;
+    dst[i * ld + c] = Load(src[base + i * row + c]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    ShortAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, int length,
+                                int heads, int d, float scale) {
+  extern __shared__ float smem[];
+  const int ld = d + 1, ls = length + 1;
+  float* Q = smem;
+  float* K = Q + length * ld;
+  float* V = K + length * ld;
+  float* P = V + length * ld;
+  const int64_t n = blockIdx.x / heads;
+  const int h = blockIdx.x % heads;
+  const int64_t row = static_cast<int64_t>(heads) * d;
+  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
+  LoadRows(q, Q, base, row, length, d, ld);
+  LoadRows(k, K, base, row, length, d, ld);
+  LoadRows(v, V, base, row, length, d, ld);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
+    const int i = idx / length, j = idx % length;
+    float s = 0.f;
+    for (int c = 0; c < d; ++c) s += Q[i * ld + c] * K[j * ld + c];
+    P[i * ls + j] = s * scale;
+  }
+  __syncthreads();
+  if (threadIdx.x < length) {
+    const int i = threadIdx.x;
+    float m = -INFINITY;
+    for (int j = 0; j < length; ++j) m = fmaxf(m, P[i * ls + j]);
+    float sum = 0.f;
+    for (int j = 0; j < length; ++j) {
+      const float e = expf(P[i * ls + j] - m);
+      P[i * ls + j] = e;
+      sum += e;
+    }
+    const float inv = 1.f / sum;
+    for (int j = 0; j < length; ++j) P[i * ls + j] *= inv;
+    lse[static_cast<int64_t>(blockIdx.x) * length + i] = m + logf(sum);
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < length * d; idx += kAttentionThreads) {
+    const int i = idx / d, c = idx % d;
+    float o = 0.f;
+    for (int j = 0; j < length; ++j) o += P[i * ls + j] * V[j * ld + c];
+    out[base + i * row + c] = Store<T>(o);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    ShortAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v,
+                                 const float* lse, T* dq, T* dk, T* dv, int length, int heads,
+                                 int d, float scale) {
+  extern __shared__ float smem[];
+  const int ld = d + 1, ls = length + 1;
+  float* Q = smem;
+  float* K = Q + length * ld;
+  float* V = K + length * ld;
+  float* dO = V + length * ld;
+  float* P = dO + length * ld;
+  float* dS = P + length * ls;
+  float* D = dS + length * ls;
+  const int64_t n = blockIdx.x / heads;
+  const int h = blockIdx.x % heads;
+  const int64_t row = static_cast<int64_t>(heads) * d;
+  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
+  const float* row_lse = lse + static_cast<int64_t>(blockIdx.x) * length;
+  LoadRows(q, Q, base, row, length, d, ld);
+  LoadRows(k, K, base, row, length, d, ld);
+  LoadRows(v, V, base, row, length, d, ld);
+  LoadRows(dout, dO, base, row, length, d, ld);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
+    const int i = idx / length, j = idx % length;
+    float s = 0.f, dp = 0.f;
+    for (int c = 0; c < d; ++c) {
+      s += Q[i * ld + c] * K[j * ld + c];
+      dp += dO[i * ld + c] * V[j * ld + c];
+    }
+    P[i * ls + j] = expf(s * scale - row_lse[i]);
+    dS[i * ls + j] = dp;
+  }
+  __syncthreads();
+  if (threadIdx.x < length) {
+    const int i = threadIdx.x;
+    float sum = 0.f;
+    for (int j = 0; j < length; ++j) sum += P[i * ls + j] * dS[i * ls + j];
+    D[i] = sum;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
+    const int i = idx / length, j = idx % length;
+    dS[i * ls + j] = P[i * ls + j] * (dS[i * ls + j] - D[i]);
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < length * d; idx += kAttentionThreads) {
+    const int r = idx / d, c = idx % d;  // row r of dq (a query) and of dk, dv (a key)
+    float gq = 0.f, gk = 0.f, gv = 0.f;
+    for (int t = 0; t < length; ++t) {
+      gq += dS[r * ls + t] * K[t * ld + c];
+      gk += dS[t * ls + r] * Q[t * ld + c];
+      gv += P[t * ls + r] * dO[t * ld + c];
+    }
+    const int64_t g = base + r * row + c;
+    dq[g] = Store<T>(gq * scale);
+    dk[g] = Store<T>(gk * scale);
+    dv[g] = Store<T>(gv);
+  }
+}
+
 // The widest vector (≤ 16 bytes) that divides `extent` and that every pointer is aligned to.
 template <typename T>
 int VectorWidth(int64_t extent, std::initializer_list<const void*> pointers) {
@@ -334,6 +459,45 @@ int GegluBackwardT(const void* dout, const void* h, void* dh, int64_t rows, int6
   return static_cast<int>(cudaGetLastError());
 }
 
+// Dynamic shared memory above the default 48 KB needs the kernel's consent (long sequences with
+// wide heads; the motion modules' 16 × 40 … 16 × 160 stay far below).
+template <typename Kernel>
+int AllowSharedMemory(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return 0;
+  return static_cast<int>(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes)));
+}
+
+template <typename T>
+int ShortAttentionForwardT(const void* q, const void* k, const void* v, void* out, float* lse,
+                           int64_t n, int64_t length, int64_t heads, int64_t d, float scale,
+                           cudaStream_t stream) {
+  const int L = static_cast<int>(length), D = static_cast<int>(d);
+  const size_t bytes = sizeof(float) * (3 * L * (D + 1) + L * (L + 1));
+  if (int e = AllowSharedMemory(ShortAttentionForwardKernel<T>, bytes)) return e;
+  ShortAttentionForwardKernel<T>
+      <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          static_cast<T*>(out), lse, L, static_cast<int>(heads), D, scale);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T>
+int ShortAttentionBackwardT(const void* dout, const void* q, const void* k, const void* v,
+                            const float* lse, void* dq, void* dk, void* dv, int64_t n,
+                            int64_t length, int64_t heads, int64_t d, float scale,
+                            cudaStream_t stream) {
+  const int L = static_cast<int>(length), D = static_cast<int>(d);
+  const size_t bytes = sizeof(float) * (4 * L * (D + 1) + 2 * L * (L + 1) + L);
+  if (int e = AllowSharedMemory(ShortAttentionBackwardKernel<T>, bytes)) return e;
+  ShortAttentionBackwardKernel<T>
+      <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, stream>>>(
+          static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+          static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
+          static_cast<T*>(dv), L, static_cast<int>(heads), D, scale);
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
 
 int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
@@ -392,6 +556,50 @@ int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_
       return GegluBackwardT<__nv_bfloat16>(dout, h, dh, rows, e, s);
     case DType::kFloat16:
       return GegluBackwardT<__half>(dout, h, dh, rows, e, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
+                          float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
+                          float scale, void* stream) {
+  if (length < 1 || length > kShortAttentionMaxLength || head_dim < 1 ||
+      head_dim > kShortAttentionMaxHeadDim) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32:
+      return ShortAttentionForwardT<float>(q, k, v, out, lse, n, length, heads, head_dim, scale, s);
+    case DType::kBFloat16:
+      return ShortAttentionForwardT<__nv_bfloat16>(q, k, v, out, lse, n, length, heads, head_dim,
+                                                   scale, s);
+    case DType::kFloat16:
+      return ShortAttentionForwardT<__half>(q, k, v, out, lse, n, length, heads, head_dim, scale,
+                                            s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
+                           const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
+                           int64_t length, int64_t heads, int64_t head_dim, float scale,
+                           void* stream) {
+  if (length < 1 || length > kShortAttentionMaxLength || head_dim < 1 ||
+      head_dim > kShortAttentionMaxHeadDim) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32:
+      return ShortAttentionBackwardT<float>(dout, q, k, v, lse, dq, dk, dv, n, length, heads,
+                                            head_dim, scale, s);
+    case DType::kBFloat16:
+      return ShortAttentionBackwardT<__nv_bfloat16>(dout, q, k, v, lse, dq, dk, dv, n, length,
+                                                    heads, head_dim, scale, s);
+    case DType::kFloat16:
+      return ShortAttentionBackwardT<__half>(dout, q, k, v, lse, dq, dk, dv, n, length, heads,
+                                             head_dim, scale, s);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

@@ -31,6 +31,21 @@ int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e,
 int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
                   void* stream);
 
+// Self-attention over short sequences (length ≤ kShortAttentionMaxLength, e.g. the motion
+// modules' 16 frames), one block per (sequence, head) with everything in shared memory: q, k, v
+// and out are [n, length, heads · head_dim] (the projections, token-major; no transposes),
+// lse [n · heads, length] fp32 (each row's log-sum-exp of the scaled scores, for the backward).
+constexpr int kShortAttentionMaxLength = 32;
+constexpr int kShortAttentionMaxHeadDim = 256;
+int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
+                          float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
+                          float scale, void* stream);
+// dq, dk, dv (same layout) from dout; the softmax is recomputed from q, k and lse.
+int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
+                           const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
+                           int64_t length, int64_t heads, int64_t head_dim, float scale,
+                           void* stream);
+
 const char* FusedCudaErrorString(int error);
 
 }  // namespace adctl::fused_cuda

@@ -171,6 +171,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto q = LinearIn(to_q, x);
   auto k = LinearIn(to_k, As(ctx, x));
   auto v = LinearIn(to_v, As(ctx, x));
+  // The motion modules' attention over 16 frames (and the mid block's over 16 tokens): one
+  // fused kernel where LibTorch's tiled kernels spend most of their time on padding.
+  if (repeat <= 1 && ShortAttentionApplies(q, k, heads)) {
+    return LinearIn(out_proj, FusedShortAttention(q, k, v, heads));
+  }
   auto split = [this](const torch::Tensor& t) {  // [N, L, H·d] → [N, H, L, d]
     return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
   };
