@@ -155,9 +155,9 @@ struct TrainSpec {
   // default: on an H200 it gained under 0.5 % and cost 6–28 s before the first step
   // (bench/results/cudnn_autotune_h200_20261202.md).
   bool cudnn_benchmark = false;
-  // The UNet's GroupNorm + SiLU and GEGLU as fused CUDA kernels of our own
-  // (worker/kernels/fused_ops.h) instead of LibTorch's separate ones. GPUs with the CUDA build
-  // only; the CPU and the CPU build always use LibTorch's composition.
+  // The UNet's GroupNorm + SiLU, GEGLU and short-sequence attention as fused CUDA kernels of
+  // our own (worker/kernels/fused_ops.h) instead of LibTorch's separate ones. GPUs with the
+  // CUDA build only; the CPU and the CPU build always use LibTorch's composition.
   bool fused_kernels = true;
   // "linear" | "scaled_linear" | "pretrained" (model.pretrained's scheduler/scheduler_config.json
   // gives the schedule, betas, timesteps and prediction type)

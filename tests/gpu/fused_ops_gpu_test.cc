@@ -163,7 +163,15 @@ TEST_F(FusedOpsGpuTest, ShortAttentionMatchesTheComposition) {
     auto out = FusedShortAttention(f32[0], f32[1], f32[2], heads);
     auto g = torch::autograd::grad({out}, f32, {d32});
     EXPECT_LT(RelativeError(out, ref), 1e-5) << n << " " << length << " " << d;
-    for (int i = 0; i < 3; ++i) EXPECT_LT(RelativeError(g[i], ref_g[i]), 1e-5) << i << " " << d;
+    // One key (L = 1): the softmax is constant, q and k get no gradient; the kernel's is
+    // rounding-small instead of exactly zero.
+    auto close = [&](const torch::Tensor& got, const torch::Tensor& want, double tol) {
+      if (want.abs().max().item<double>() == 0) {
+        return got.abs().max().item<double>() < tol * d32.abs().max().item<double>();
+      }
+      return RelativeError(got, want) < tol;
+    };
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(g[i], ref_g[i], 1e-5)) << i << " " << d;
 
     // bf16: against the fp32 composition of the same bf16 values.
     std::vector<torch::Tensor> b16, truth_in;
@@ -177,7 +185,7 @@ TEST_F(FusedOpsGpuTest, ShortAttentionMatchesTheComposition) {
     auto outb = FusedShortAttention(b16[0], b16[1], b16[2], heads);
     auto gb = torch::autograd::grad({outb}, b16, {db});
     EXPECT_LT(RelativeError(outb, truth), 8e-3) << d;
-    for (int i = 0; i < 3; ++i) EXPECT_LT(RelativeError(gb[i], truth_g[i]), 1e-2) << i << " " << d;
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(close(gb[i], truth_g[i], 1e-2)) << i << " " << d;
   }
 }
 
