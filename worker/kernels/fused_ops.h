@@ -3,12 +3,14 @@
 //   - CUDA kernels of our own (fused_ops_cuda.cu; the CUDA build only), reading and writing each
 //     activation once where LibTorch's composition makes several passes, and saving less for the
 //     backward (GroupNorm+SiLU keeps x and two numbers per group, not GroupNorm's output; GEGLU
-//     keeps its input, not GELU's output);
+//     keeps its input, not GELU's output; short attention q, k, v and one number per query,
+//     not the output);
 //   - the same math in LibTorch operations (namespace fused_reference), which the CPU tests
 //     compare with autograd's gradient of the composition, and the GPU tests compare the kernels
 //     with (tests/gpu/fused_ops_gpu_test.cc).
-// The layers call GroupNormSilu / Geglu: the fused kernels for CUDA tensors while
-// SetFusedKernels(true) (train.fused_kernels), LibTorch's composition otherwise.
+// The layers call GroupNormSilu / Geglu (and FusedShortAttention where ShortAttentionApplies):
+// the fused kernels for CUDA tensors while SetFusedKernels(true) (train.fused_kernels),
+// LibTorch's composition otherwise.
 #pragma once
 
 #include <torch/torch.h>

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "worker/kernels/fused_ops_cuda.h"
 
@@ -350,113 +351,46 @@ int VectorWidth(int64_t extent, std::initializer_list<const void*> pointers) {
   return 1;
 }
 
+// launch(std::integral_constant<int, V>{}) for V = `width` (8, 4, 2 or 1): the kernels'
+// vector width is a template argument.
+template <typename Launch>
+void WithVectorWidth(int width, Launch&& launch) {
+  switch (width) {
+    case 8:
+      launch(std::integral_constant<int, 8>{});
+      break;
+    case 4:
+      launch(std::integral_constant<int, 4>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 1>{});
+  }
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// launch(TypeTag<T>{}) for the storage type T of `dtype`; returns its result (a cudaError_t).
+template <typename Launch>
+int WithDType(DType dtype, Launch&& launch) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return launch(TypeTag<float>{});
+    case DType::kBFloat16:
+      return launch(TypeTag<__nv_bfloat16>{});
+    case DType::kFloat16:
+      return launch(TypeTag<__half>{});
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
 unsigned ElementwiseBlocks(int64_t vectors) {
   return static_cast<unsigned>(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 1 << 20));
-}
-
-template <typename T>
-int GroupNormSiluForwardT(const void* x, const void* gamma, const void* beta, void* y, float* mean,
-                          float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups, float eps,
-                          cudaStream_t stream) {
-  const auto* xt = static_cast<const T*>(x);
-  const auto* gt = static_cast<const T*>(gamma);
-  const auto* bt = static_cast<const T*>(beta);
-  auto* yt = static_cast<T*>(y);
-  const unsigned blocks = static_cast<unsigned>(n * groups);
-  switch (VectorWidth<T>(hw, {x, y})) {
-    case 8:
-      GroupNormSiluForwardKernel<T, 8>
-          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
-      break;
-    case 4:
-      GroupNormSiluForwardKernel<T, 4>
-          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
-      break;
-    case 2:
-      GroupNormSiluForwardKernel<T, 2>
-          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
-      break;
-    default:
-      GroupNormSiluForwardKernel<T, 1>
-          <<<blocks, kThreads, 0, stream>>>(xt, gt, bt, yt, mean, rstd, c, hw, groups, eps);
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <typename T>
-int GroupNormSiluBackwardT(const void* dy, const void* x, const float* mean, const float* rstd,
-                           const void* gamma, const void* beta, void* dx, int64_t n, int64_t c,
-                           int64_t hw, int64_t groups, cudaStream_t stream) {
-  const auto* dyt = static_cast<const T*>(dy);
-  const auto* xt = static_cast<const T*>(x);
-  const auto* gt = static_cast<const T*>(gamma);
-  const auto* bt = static_cast<const T*>(beta);
-  auto* dxt = static_cast<T*>(dx);
-  const unsigned blocks = static_cast<unsigned>(n * groups);
-  switch (VectorWidth<T>(hw, {dy, x, dx})) {
-    case 8:
-      GroupNormSiluBackwardKernel<T, 8>
-          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
-      break;
-    case 4:
-      GroupNormSiluBackwardKernel<T, 4>
-          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
-      break;
-    case 2:
-      GroupNormSiluBackwardKernel<T, 2>
-          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
-      break;
-    default:
-      GroupNormSiluBackwardKernel<T, 1>
-          <<<blocks, kThreads, 0, stream>>>(dyt, xt, mean, rstd, gt, bt, dxt, c, hw, groups);
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <typename T>
-int GegluForwardT(const void* h, void* out, int64_t rows, int64_t e, cudaStream_t stream) {
-  const auto* ht = static_cast<const T*>(h);
-  auto* ot = static_cast<T*>(out);
-  const int v = VectorWidth<T>(e, {h, out});
-  const unsigned blocks = ElementwiseBlocks(rows * e / v);
-  switch (v) {
-    case 8:
-      GegluForwardKernel<T, 8><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
-      break;
-    case 4:
-      GegluForwardKernel<T, 4><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
-      break;
-    case 2:
-      GegluForwardKernel<T, 2><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
-      break;
-    default:
-      GegluForwardKernel<T, 1><<<blocks, kThreads, 0, stream>>>(ht, ot, rows, e);
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <typename T>
-int GegluBackwardT(const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
-                   cudaStream_t stream) {
-  const auto* dt = static_cast<const T*>(dout);
-  const auto* ht = static_cast<const T*>(h);
-  auto* dht = static_cast<T*>(dh);
-  const int v = VectorWidth<T>(e, {dout, h, dh});
-  const unsigned blocks = ElementwiseBlocks(rows * e / v);
-  switch (v) {
-    case 8:
-      GegluBackwardKernel<T, 8><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
-      break;
-    case 4:
-      GegluBackwardKernel<T, 4><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
-      break;
-    case 2:
-      GegluBackwardKernel<T, 2><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
-      break;
-    default:
-      GegluBackwardKernel<T, 1><<<blocks, kThreads, 0, stream>>>(dt, ht, dht, rows, e);
-  }
-  return static_cast<int>(cudaGetLastError());
 }
 
 // Dynamic shared memory above the default 48 KB needs the kernel's consent (long sequences with
@@ -468,34 +402,9 @@ int AllowSharedMemory(Kernel kernel, size_t bytes) {
                                                static_cast<int>(bytes)));
 }
 
-template <typename T>
-int ShortAttentionForwardT(const void* q, const void* k, const void* v, void* out, float* lse,
-                           int64_t n, int64_t length, int64_t heads, int64_t d, float scale,
-                           cudaStream_t stream) {
-  const int L = static_cast<int>(length), D = static_cast<int>(d);
-  const size_t bytes = sizeof(float) * (3 * L * (D + 1) + L * (L + 1));
-  if (int e = AllowSharedMemory(ShortAttentionForwardKernel<T>, bytes)) return e;
-  ShortAttentionForwardKernel<T>
-      <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, stream>>>(
-          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          static_cast<T*>(out), lse, L, static_cast<int>(heads), D, scale);
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <typename T>
-int ShortAttentionBackwardT(const void* dout, const void* q, const void* k, const void* v,
-                            const float* lse, void* dq, void* dk, void* dv, int64_t n,
-                            int64_t length, int64_t heads, int64_t d, float scale,
-                            cudaStream_t stream) {
-  const int L = static_cast<int>(length), D = static_cast<int>(d);
-  const size_t bytes = sizeof(float) * (4 * L * (D + 1) + 2 * L * (L + 1) + L);
-  if (int e = AllowSharedMemory(ShortAttentionBackwardKernel<T>, bytes)) return e;
-  ShortAttentionBackwardKernel<T>
-      <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, stream>>>(
-          static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
-          static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
-          static_cast<T*>(dv), L, static_cast<int>(heads), D, scale);
-  return static_cast<int>(cudaGetLastError());
+bool ShortAttentionFits(int64_t length, int64_t head_dim) {
+  return length >= 1 && length <= kShortAttentionMaxLength && head_dim >= 1 &&
+         head_dim <= kShortAttentionMaxHeadDim;
 }
 
 }  // namespace
@@ -503,105 +412,95 @@ int ShortAttentionBackwardT(const void* dout, const void* q, const void* k, cons
 int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
                          float* mean, float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups,
                          float eps, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kFloat32:
-      return GroupNormSiluForwardT<float>(x, gamma, beta, y, mean, rstd, n, c, hw, groups, eps, s);
-    case DType::kBFloat16:
-      return GroupNormSiluForwardT<__nv_bfloat16>(x, gamma, beta, y, mean, rstd, n, c, hw, groups,
-                                                  eps, s);
-    case DType::kFloat16:
-      return GroupNormSiluForwardT<__half>(x, gamma, beta, y, mean, rstd, n, c, hw, groups, eps, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    WithVectorWidth(VectorWidth<T>(hw, {x, y}), [&](auto v) {
+      GroupNormSiluForwardKernel<T, decltype(v)::value>
+          <<<static_cast<unsigned>(n * groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
+              static_cast<T*>(y), mean, rstd, c, hw, groups, eps);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
 int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const float* mean,
                           const float* rstd, const void* gamma, const void* beta, void* dx,
                           int64_t n, int64_t c, int64_t hw, int64_t groups, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kFloat32:
-      return GroupNormSiluBackwardT<float>(dy, x, mean, rstd, gamma, beta, dx, n, c, hw, groups, s);
-    case DType::kBFloat16:
-      return GroupNormSiluBackwardT<__nv_bfloat16>(dy, x, mean, rstd, gamma, beta, dx, n, c, hw,
-                                                   groups, s);
-    case DType::kFloat16:
-      return GroupNormSiluBackwardT<__half>(dy, x, mean, rstd, gamma, beta, dx, n, c, hw, groups,
-                                            s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    WithVectorWidth(VectorWidth<T>(hw, {dy, x, dx}), [&](auto v) {
+      GroupNormSiluBackwardKernel<T, decltype(v)::value>
+          <<<static_cast<unsigned>(n * groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+              static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(dx), c, hw,
+              groups);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
 int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kFloat32:
-      return GegluForwardT<float>(h, out, rows, e, s);
-    case DType::kBFloat16:
-      return GegluForwardT<__nv_bfloat16>(h, out, rows, e, s);
-    case DType::kFloat16:
-      return GegluForwardT<__half>(h, out, rows, e, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int width = VectorWidth<T>(e, {h, out});
+    WithVectorWidth(width, [&](auto v) {
+      GegluForwardKernel<T, decltype(v)::value>
+          <<<ElementwiseBlocks(rows * e / width), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(h), static_cast<T*>(out), rows, e);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
 int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
                   void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kFloat32:
-      return GegluBackwardT<float>(dout, h, dh, rows, e, s);
-    case DType::kBFloat16:
-      return GegluBackwardT<__nv_bfloat16>(dout, h, dh, rows, e, s);
-    case DType::kFloat16:
-      return GegluBackwardT<__half>(dout, h, dh, rows, e, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int width = VectorWidth<T>(e, {dout, h, dh});
+    WithVectorWidth(width, [&](auto v) {
+      GegluBackwardKernel<T, decltype(v)::value>
+          <<<ElementwiseBlocks(rows * e / width), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(dout), static_cast<const T*>(h), static_cast<T*>(dh), rows, e);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
 int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
                           float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
                           float scale, void* stream) {
-  if (length < 1 || length > kShortAttentionMaxLength || head_dim < 1 ||
-      head_dim > kShortAttentionMaxHeadDim) {
-    return static_cast<int>(cudaErrorInvalidValue);
-  }
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kFloat32:
-      return ShortAttentionForwardT<float>(q, k, v, out, lse, n, length, heads, head_dim, scale, s);
-    case DType::kBFloat16:
-      return ShortAttentionForwardT<__nv_bfloat16>(q, k, v, out, lse, n, length, heads, head_dim,
-                                                   scale, s);
-    case DType::kFloat16:
-      return ShortAttentionForwardT<__half>(q, k, v, out, lse, n, length, heads, head_dim, scale,
-                                            s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  if (!ShortAttentionFits(length, head_dim)) return static_cast<int>(cudaErrorInvalidValue);
+  const int L = static_cast<int>(length), D = static_cast<int>(head_dim);
+  const size_t bytes = sizeof(float) * (3 * L * (D + 1) + L * (L + 1));
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (int e = AllowSharedMemory(ShortAttentionForwardKernel<T>, bytes)) return e;
+    ShortAttentionForwardKernel<T><<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes,
+                                     static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+        static_cast<T*>(out), lse, L, static_cast<int>(heads), D, scale);
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
 int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
                            int64_t length, int64_t heads, int64_t head_dim, float scale,
                            void* stream) {
-  if (length < 1 || length > kShortAttentionMaxLength || head_dim < 1 ||
-      head_dim > kShortAttentionMaxHeadDim) {
-    return static_cast<int>(cudaErrorInvalidValue);
-  }
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kFloat32:
-      return ShortAttentionBackwardT<float>(dout, q, k, v, lse, dq, dk, dv, n, length, heads,
-                                            head_dim, scale, s);
-    case DType::kBFloat16:
-      return ShortAttentionBackwardT<__nv_bfloat16>(dout, q, k, v, lse, dq, dk, dv, n, length,
-                                                    heads, head_dim, scale, s);
-    case DType::kFloat16:
-      return ShortAttentionBackwardT<__half>(dout, q, k, v, lse, dq, dk, dv, n, length, heads,
-                                             head_dim, scale, s);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  if (!ShortAttentionFits(length, head_dim)) return static_cast<int>(cudaErrorInvalidValue);
+  const int L = static_cast<int>(length), D = static_cast<int>(head_dim);
+  const size_t bytes = sizeof(float) * (4 * L * (D + 1) + 2 * L * (L + 1) + L);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (int e = AllowSharedMemory(ShortAttentionBackwardKernel<T>, bytes)) return e;
+    ShortAttentionBackwardKernel<T><<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes,
+                                      static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+        static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
+        static_cast<T*>(dv), L, static_cast<int>(heads), D, scale);
+    return static_cast<int>(cudaGetLastError());
+  });
 }
 
 const char* FusedCudaErrorString(int error) {
