@@ -46,19 +46,34 @@ const std::vector<Shape> kGroupNormShapes = {{{128, 320, 32, 32}, 32}, {{128, 96
                                              {{128, 1280, 4, 4}, 32},  {{3, 64, 5, 3}, 32},
                                              {{2, 6, 7}, 3},           {{16, 2560, 8, 8}, 32}};
 
+// GroupNorm with SiLU (the ResNets) or without (the transformers and motion modules), the kernels
+// against LibTorch's operations.
+torch::Tensor GroupNormComposition(const torch::Tensor& x, int64_t groups, const torch::Tensor& w,
+                                   const torch::Tensor& b, double eps, bool silu) {
+  auto y = torch::group_norm(x, groups, w, b, eps);
+  return silu ? torch::silu(y) : y;
+}
+
+torch::Tensor GroupNormKernels(const torch::Tensor& x, int64_t groups, const torch::Tensor& w,
+                               const torch::Tensor& b, double eps, bool silu) {
+  return silu ? GroupNormSilu(x, groups, w, b, eps) : GroupNormPlain(x, groups, w, b, eps);
+}
+
 TEST_F(FusedOpsGpuTest, GroupNormSiluMatchesTheCompositionInFp32) {
   torch::manual_seed(1);
-  for (const auto& s : kGroupNormShapes) {
-    const auto o = torch::TensorOptions().device(torch::kCUDA);
-    auto x = (torch::randn(s.dims, o) * 2 + 0.5).requires_grad_();
-    auto w = torch::randn({s.dims[1]}, o), b = torch::randn({s.dims[1]}, o);
-    auto dy = torch::randn(s.dims, o);
-    auto ref = torch::silu(torch::group_norm(x, s.groups, w, b, 1e-5));
-    auto ref_dx = torch::autograd::grad({ref}, {x}, {dy})[0];
-    auto out = GroupNormSilu(x, s.groups, w, b, 1e-5);
-    auto dx = torch::autograd::grad({out}, {x}, {dy})[0];
-    EXPECT_LT(RelativeError(out, ref), 1e-5) << s.dims;
-    EXPECT_LT(RelativeError(dx, ref_dx), 1e-5) << s.dims;
+  for (const bool silu : {true, false}) {
+    for (const auto& s : kGroupNormShapes) {
+      const auto o = torch::TensorOptions().device(torch::kCUDA);
+      auto x = (torch::randn(s.dims, o) * 2 + 0.5).requires_grad_();
+      auto w = torch::randn({s.dims[1]}, o), b = torch::randn({s.dims[1]}, o);
+      auto dy = torch::randn(s.dims, o);
+      auto ref = GroupNormComposition(x, s.groups, w, b, 1e-5, silu);
+      auto ref_dx = torch::autograd::grad({ref}, {x}, {dy})[0];
+      auto out = GroupNormKernels(x, s.groups, w, b, 1e-5, silu);
+      auto dx = torch::autograd::grad({out}, {x}, {dy})[0];
+      EXPECT_LT(RelativeError(out, ref), 1e-5) << s.dims << " silu " << silu;
+      EXPECT_LT(RelativeError(dx, ref_dx), 1e-5) << s.dims << " silu " << silu;
+    }
   }
 }
 
@@ -76,24 +91,57 @@ TEST_F(FusedOpsGpuTest, GroupNormSiluTrainsItsWeightAndBias) {
 
 TEST_F(FusedOpsGpuTest, GroupNormSiluInBf16IsWithinBf16RoundingOfFp32) {
   torch::manual_seed(3);
-  for (const auto& s : kGroupNormShapes) {
-    const auto o = torch::TensorOptions().device(torch::kCUDA);
-    auto x32 = torch::randn(s.dims, o) * 2 + 0.5;
-    auto w32 = torch::randn({s.dims[1]}, o), b32 = torch::randn({s.dims[1]}, o);
-    auto dy32 = torch::randn(s.dims, o);
-    // The fp32 truth of the bf16 inputs.
-    auto x = x32.to(torch::kBFloat16), w = w32.to(torch::kBFloat16), b = b32.to(torch::kBFloat16);
-    auto dy = dy32.to(torch::kBFloat16);
-    auto xt = x.to(torch::kFloat).requires_grad_();
-    auto truth = torch::silu(
-        torch::group_norm(xt, s.groups, w.to(torch::kFloat), b.to(torch::kFloat), 1e-5));
-    auto truth_dx = torch::autograd::grad({truth}, {xt}, {dy.to(torch::kFloat)})[0];
-    auto xb = x.clone().requires_grad_();
-    auto out = GroupNormSilu(xb, s.groups, w, b, 1e-5);
-    auto dx = torch::autograd::grad({out}, {xb}, {dy})[0];
-    ASSERT_EQ(out.scalar_type(), torch::kBFloat16);
-    EXPECT_LT(RelativeError(out, truth), 8e-3) << s.dims;
-    EXPECT_LT(RelativeError(dx, truth_dx), 8e-3) << s.dims;
+  for (const bool silu : {true, false}) {
+    for (const auto& s : kGroupNormShapes) {
+      const auto o = torch::TensorOptions().device(torch::kCUDA);
+      auto x32 = torch::randn(s.dims, o) * 2 + 0.5;
+      auto w32 = torch::randn({s.dims[1]}, o), b32 = torch::randn({s.dims[1]}, o);
+      auto dy32 = torch::randn(s.dims, o);
+      // The fp32 truth of the bf16 inputs.
+      auto x = x32.to(torch::kBFloat16), w = w32.to(torch::kBFloat16), b = b32.to(torch::kBFloat16);
+      auto dy = dy32.to(torch::kBFloat16);
+      auto xt = x.to(torch::kFloat).requires_grad_();
+      auto truth =
+          GroupNormComposition(xt, s.groups, w.to(torch::kFloat), b.to(torch::kFloat), 1e-5, silu);
+      auto truth_dx = torch::autograd::grad({truth}, {xt}, {dy.to(torch::kFloat)})[0];
+      auto xb = x.clone().requires_grad_();
+      auto out = GroupNormKernels(xb, s.groups, w, b, 1e-5, silu);
+      auto dx = torch::autograd::grad({out}, {xb}, {dy})[0];
+      ASSERT_EQ(out.scalar_type(), torch::kBFloat16);
+      EXPECT_LT(RelativeError(out, truth), 8e-3) << s.dims << " silu " << silu;
+      EXPECT_LT(RelativeError(dx, truth_dx), 8e-3) << s.dims << " silu " << silu;
+    }
+  }
+}
+
+// The token layout changes are exact: a transpose moves values, and the residual add rounds
+// fp32's sum once, as LibTorch's add does.
+TEST_F(FusedOpsGpuTest, TransposesAreExact) {
+  torch::manual_seed(8);
+  // A motion module's clip at 32² (batch 8: [8, 16·320, 1024]), a transformer's [128, 320, 1024],
+  // the smallest level, and edges that are not multiples of the 32 × 32 tiles.
+  for (const auto& dims :
+       {std::vector<int64_t>{8, 5120, 1024}, std::vector<int64_t>{128, 320, 1024},
+        std::vector<int64_t>{8, 20480, 16}, std::vector<int64_t>{3, 37, 45}}) {
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kHalf}) {
+      const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+      auto x = torch::randn(dims, o).requires_grad_();
+      auto t = TransposeTokens(x);
+      ASSERT_TRUE(t.is_contiguous());
+      EXPECT_TRUE(torch::equal(t, x.transpose(1, 2))) << dims << " " << dtype;
+      auto dt = torch::randn_like(t);
+      EXPECT_TRUE(torch::equal(torch::autograd::grad({t}, {x}, {dt})[0], dt.transpose(1, 2)));
+
+      auto r = torch::randn(dims, o).requires_grad_();
+      auto y = torch::randn({dims[0], dims[2], dims[1]}, o).requires_grad_();
+      auto sum = AddTransposed(r, y);
+      ASSERT_TRUE(sum.is_contiguous());
+      EXPECT_TRUE(torch::equal(sum, r + y.transpose(1, 2))) << dims << " " << dtype;
+      auto ds = torch::randn_like(sum);
+      auto g = torch::autograd::grad({sum}, {r, y}, {ds});
+      EXPECT_TRUE(torch::equal(g[0], ds));
+      EXPECT_TRUE(torch::equal(g[1], ds.transpose(1, 2)));
+    }
   }
 }
 
@@ -133,7 +181,8 @@ TEST_F(FusedOpsGpuTest, GegluMatchesTheCompositionInFp32AndBf16) {
 }
 
 // The motion modules' attention shapes at 16×256² batch 8 (sequences of 16 frames; head dims 40,
-// 80, 160) and odd ones, fp32 within 1e-5 and bf16 within bf16 rounding of the fp32 truth.
+// 80, 160: the warp kernel) and odd ones (d = 13: the block kernel), fp32 within 1e-5 and bf16
+// within bf16 rounding of the fp32 truth.
 TEST_F(FusedOpsGpuTest, ShortAttentionMatchesTheComposition) {
   at::globalContext().setAllowTF32CuBLAS(false);
   torch::manual_seed(6);
@@ -149,11 +198,14 @@ TEST_F(FusedOpsGpuTest, ShortAttentionMatchesTheComposition) {
   for (const auto& [n, length, heads, d] :
        {std::array<int64_t, 4>{8192, 16, 8, 40}, std::array<int64_t, 4>{2048, 16, 8, 80},
         std::array<int64_t, 4>{512, 16, 8, 160}, std::array<int64_t, 4>{33, 32, 2, 256},
-        std::array<int64_t, 4>{5, 7, 3, 13}, std::array<int64_t, 4>{4, 1, 1, 8}}) {
+        std::array<int64_t, 4>{5, 7, 3, 13}, std::array<int64_t, 4>{4, 1, 1, 8},
+        // The warp kernel's lane layouts: 3 lanes a row (L = 10), one (L = 24), 6 (L = 5).
+        std::array<int64_t, 4>{6, 10, 3, 16}, std::array<int64_t, 4>{7, 24, 2, 32},
+        std::array<int64_t, 4>{9, 5, 2, 20}}) {
     const auto o = torch::TensorOptions().device(torch::kCUDA);
     auto q32 = torch::randn({n, length, heads * d}, o), k32 = torch::randn_like(q32),
          v32 = torch::randn_like(q32), d32 = torch::randn_like(q32);
-    ASSERT_TRUE(ShortAttentionApplies(q32, k32, heads));
+    ASSERT_TRUE(ShortAttentionApplies(q32, heads * d, heads));
     std::vector<torch::Tensor> in32 = {q32.clone().requires_grad_(), k32.clone().requires_grad_(),
                                        v32.clone().requires_grad_()};
     auto ref = composition(in32[0], in32[1], in32[2], heads);

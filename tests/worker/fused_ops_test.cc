@@ -37,17 +37,21 @@ TEST_P(FusedGroupNormSiluTest, ValuesAndGradientsAreTheComposition) {
   }
   auto dy = torch::randn(p.shape, opts);
 
-  auto ref = torch::silu(torch::group_norm(x, p.groups, w, b, 1e-5));
-  auto ref_grads = torch::autograd::grad(
-      {ref}, p.affine ? std::vector<torch::Tensor>{x, w, b} : std::vector<torch::Tensor>{x}, {dy});
-  auto out = FusedGroupNormSilu(x, p.groups, w, b, 1e-5);
-  auto grads = torch::autograd::grad(
-      {out}, p.affine ? std::vector<torch::Tensor>{x, w, b} : std::vector<torch::Tensor>{x}, {dy});
-  EXPECT_LT(MaxRelative(out, ref), 1e-12);
-  EXPECT_LT(MaxRelative(grads[0], ref_grads[0]), 1e-10) << "dx";
-  if (p.affine) {
-    EXPECT_LT(MaxRelative(grads[1], ref_grads[1]), 1e-10) << "dweight";
-    EXPECT_LT(MaxRelative(grads[2], ref_grads[2]), 1e-10) << "dbias";
+  const auto inputs =
+      p.affine ? std::vector<torch::Tensor>{x, w, b} : std::vector<torch::Tensor>{x};
+  for (const bool silu : {true, false}) {  // the ResNets' GroupNorm+SiLU, the transformers' norm
+    auto ref = torch::group_norm(x, p.groups, w, b, 1e-5);
+    if (silu) ref = torch::silu(ref);
+    auto ref_grads = torch::autograd::grad({ref}, inputs, {dy});
+    auto out = silu ? FusedGroupNormSilu(x, p.groups, w, b, 1e-5)
+                    : FusedGroupNorm(x, p.groups, w, b, 1e-5, /*silu=*/false);
+    auto grads = torch::autograd::grad({out}, inputs, {dy});
+    EXPECT_LT(MaxRelative(out, ref), 1e-12) << silu;
+    EXPECT_LT(MaxRelative(grads[0], ref_grads[0]), 1e-10) << "dx " << silu;
+    if (p.affine) {
+      EXPECT_LT(MaxRelative(grads[1], ref_grads[1]), 1e-10) << "dweight " << silu;
+      EXPECT_LT(MaxRelative(grads[2], ref_grads[2]), 1e-10) << "dbias " << silu;
+    }
   }
 }
 
@@ -147,6 +151,45 @@ TEST(FusedShortAttention, LogSumExpIsPerSequenceHeadAndQuery) {
   EXPECT_NEAR(r.lse[0][2].item<double>(), 2 / std::sqrt(2.0) + std::log(4.0), 1e-12);
 }
 
+TEST(FusedTranspose, ValuesAndGradientsAreTheTransposedView) {
+  torch::manual_seed(9);
+  auto x = torch::randn({2, 3, 5}, torch::kDouble).requires_grad_();
+  auto t = FusedTranspose(x);
+  ASSERT_TRUE(t.is_contiguous());
+  EXPECT_TRUE(torch::equal(t, x.transpose(1, 2)));
+  auto dt = torch::randn({2, 5, 3}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(torch::autograd::grad({t}, {x}, {dt})[0], dt.transpose(1, 2)));
+}
+
+TEST(FusedAddTransposed, ValuesAndGradientsAreTheComposition) {
+  torch::manual_seed(10);
+  auto x = torch::randn({2, 4, 6}, torch::kDouble).requires_grad_();
+  auto y = torch::randn({2, 6, 4}, torch::kDouble).requires_grad_();
+  auto ds = torch::randn({2, 4, 6}, torch::kDouble);
+  auto ref = x + y.transpose(1, 2);
+  auto ref_g = torch::autograd::grad({ref}, {x, y}, {ds});
+  auto out = FusedAddTransposed(x, y);
+  ASSERT_TRUE(out.is_contiguous());
+  EXPECT_TRUE(torch::allclose(out, ref));
+  auto g = torch::autograd::grad({out}, {x, y}, {ds});
+  EXPECT_TRUE(torch::equal(g[0], ref_g[0]));
+  EXPECT_TRUE(torch::equal(g[1], ref_g[1]));
+  // y in another dtype: its gradient comes back in that dtype.
+  auto yf = y.detach().to(torch::kFloat).requires_grad_();
+  auto gf = torch::autograd::grad({FusedAddTransposed(x, yf)}, {yf}, {ds})[0];
+  EXPECT_EQ(gf.scalar_type(), torch::kFloat);
+}
+
+TEST(FusedAddTransposed, NamesShapesThatDoNotTranspose) {
+  try {
+    FusedAddTransposed(torch::zeros({2, 4, 6}), torch::zeros({2, 4, 6}));
+    FAIL() << "[2, 4, 6] + [2, 4, 6]ᵀ accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected x [B, R, S] and y [B, S, R]"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
   // The switch only matters for CUDA tensors: on the CPU the layers run the plain operations.
   auto x = torch::randn({2, 8, 3, 3});
@@ -157,7 +200,13 @@ TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
   auto parts = h.chunk(2, -1);
   EXPECT_TRUE(torch::equal(Geglu(h), parts[0] * torch::gelu(parts[1])));
   auto q = torch::randn({2, 16, 8});
-  EXPECT_FALSE(ShortAttentionApplies(q, q, 2));
+  EXPECT_FALSE(ShortAttentionApplies(q, 8, 2));
+  EXPECT_TRUE(
+      torch::equal(GroupNormPlain(x, 4, {}, {}, 1e-6), torch::group_norm(x, 4, {}, {}, 1e-6)));
+  auto t = torch::randn({2, 3, 4});
+  EXPECT_TRUE(torch::equal(TransposeTokens(t), t.transpose(1, 2).contiguous()));
+  auto y = torch::randn({2, 4, 3});
+  EXPECT_TRUE(torch::equal(AddTransposed(t, y), t + y.transpose(1, 2)));
 }
 
 }  // namespace

@@ -87,11 +87,11 @@ torch::Tensor KernelParam(const torch::Tensor& p, const torch::Tensor& x) {
 bool UseKernel(const torch::Tensor&) { return false; }
 #endif
 
-class GroupNormSiluFunction : public torch::autograd::Function<GroupNormSiluFunction> {
+class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               int64_t groups, double eps) {
+                               int64_t groups, double eps, bool silu) {
     auto x = input.contiguous();
     torch::Tensor y, mean, rstd;
     if (UseKernel(x)) {
@@ -105,17 +105,18 @@ class GroupNormSiluFunction : public torch::autograd::Function<GroupNormSiluFunc
       Check(fused_cuda::GroupNormSiluForward(
                 KernelType(x), x.data_ptr(), PtrOrNull(w), PtrOrNull(b), y.data_ptr(),
                 mean.data_ptr<float>(), rstd.data_ptr<float>(), n, c, x.numel() / (n * c), groups,
-                static_cast<float>(eps), c10::cuda::getCurrentCUDAStream().stream()),
-            "GroupNorm+SiLU forward kernel");
+                static_cast<float>(eps), silu, c10::cuda::getCurrentCUDAStream().stream()),
+            "GroupNorm forward kernel");
 #endif
     } else {
-      auto r = fused_reference::GroupNormSiluForward(x, groups, weight, bias, eps);
+      auto r = fused_reference::GroupNormSiluForward(x, groups, weight, bias, eps, silu);
       y = r.y;
       mean = r.mean;
       rstd = r.rstd;
     }
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["groups"] = groups;
+    ctx->saved_data["silu"] = silu;
     return y;
   }
 
@@ -124,6 +125,7 @@ class GroupNormSiluFunction : public torch::autograd::Function<GroupNormSiluFunc
     const auto &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3],
                &rstd = saved[4];
     const int64_t groups = ctx->saved_data["groups"].toInt();
+    const bool silu = ctx->saved_data["silu"].toBool();
     const auto dy = grads[0].contiguous();
     torch::Tensor dx;
     if (UseKernel(x)) {
@@ -136,22 +138,22 @@ class GroupNormSiluFunction : public torch::autograd::Function<GroupNormSiluFunc
       Check(fused_cuda::GroupNormSiluBackward(
                 KernelType(x), dyx.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
                 rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), dx.data_ptr(), n, c,
-                x.numel() / (n * c), groups, c10::cuda::getCurrentCUDAStream().stream()),
-            "GroupNorm+SiLU backward kernel");
+                x.numel() / (n * c), groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
+            "GroupNorm backward kernel");
 #endif
     } else {
-      dx = fused_reference::GroupNormSiluBackward(dy, x, mean, rstd, weight, bias, groups);
+      dx = fused_reference::GroupNormSiluBackward(dy, x, mean, rstd, weight, bias, groups, silu);
     }
     torch::Tensor dweight, dbias;
     const bool weight_grad = weight.defined() && weight.requires_grad();
     const bool bias_grad = bias.defined() && bias.requires_grad();
     if (weight_grad || bias_grad) {  // frozen in AnimateDiff's UNet; LibTorch operations here
-      auto [dw, db] =
-          fused_reference::GroupNormSiluAffineBackward(dy, x, mean, rstd, weight, bias, groups);
+      auto [dw, db] = fused_reference::GroupNormSiluAffineBackward(dy, x, mean, rstd, weight, bias,
+                                                                   groups, silu);
       if (weight_grad) dweight = dw.to(weight.scalar_type());
       if (bias_grad) dbias = db.to(bias.scalar_type());
     }
-    return {dx, dweight, dbias, torch::Tensor(), torch::Tensor()};
+    return {dx, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -201,59 +203,117 @@ class GegluFunction : public torch::autograd::Function<GegluFunction> {
   }
 };
 
+// Self-attention on one projection's output qkv = [q, k, v] ([N, L, 3 · inner]): the kernels read
+// the thirds in place and write dq, dk, dv into one gradient, so neither direction copies.
 class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
-                               const torch::Tensor& k_in, const torch::Tensor& v_in,
-                               int64_t heads) {
-    auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t heads) {
+    auto qkv = qkv_in.contiguous();
+    const int64_t n = qkv.size(0), length = qkv.size(1), inner = qkv.size(2) / 3;
     torch::Tensor out, lse;
-    if (UseKernel(q)) {
+    if (UseKernel(qkv)) {
 #ifdef ADCTL_FUSED_CUDA
-      const c10::cuda::CUDAGuard guard(q.device());
-      const int64_t n = q.size(0), length = q.size(1), d = q.size(2) / heads;
-      out = torch::empty_like(q);
-      lse = torch::empty({n * heads, length}, q.options().dtype(torch::kFloat));
+      const c10::cuda::CUDAGuard guard(qkv.device());
+      const int64_t d = inner / heads;
+      out = torch::empty({n, length, inner}, qkv.options());
+      lse = torch::empty({n * heads, length}, qkv.options().dtype(torch::kFloat));
+      const auto* base = static_cast<const char*>(qkv.data_ptr());
+      const int64_t third = inner * qkv.element_size();
       Check(fused_cuda::ShortAttentionForward(
-                KernelType(q), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                lse.data_ptr<float>(), n, length, heads, d,
+                KernelType(qkv), base, base + third, base + 2 * third, out.data_ptr(),
+                lse.data_ptr<float>(), n, length, heads, d, 3 * inner,
                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                 c10::cuda::getCurrentCUDAStream().stream()),
             "short attention forward kernel");
 #endif
     } else {
-      auto r = fused_reference::ShortAttentionForward(q, k, v, heads);
+      auto parts = qkv.chunk(3, -1);
+      auto r = fused_reference::ShortAttentionForward(parts[0], parts[1], parts[2], heads);
       out = r.out;
       lse = r.lse;
     }
-    ctx->save_for_backward({q, k, v, lse});
+    ctx->save_for_backward({qkv, lse});
     ctx->saved_data["heads"] = heads;
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &lse = saved[3];
+    const auto &qkv = saved[0], &lse = saved[1];
     const int64_t heads = ctx->saved_data["heads"].toInt();
-    const auto dout = grads[0].to(q.scalar_type()).contiguous();
-    if (UseKernel(q)) {
+    const auto dout = grads[0].to(qkv.scalar_type()).contiguous();
+    if (UseKernel(qkv)) {
 #ifdef ADCTL_FUSED_CUDA
-      const c10::cuda::CUDAGuard guard(q.device());
-      const int64_t n = q.size(0), length = q.size(1), d = q.size(2) / heads;
-      auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
+      const c10::cuda::CUDAGuard guard(qkv.device());
+      const int64_t n = qkv.size(0), length = qkv.size(1), inner = qkv.size(2) / 3;
+      const int64_t d = inner / heads;
+      auto dqkv = torch::empty_like(qkv);
+      const auto* base = static_cast<const char*>(qkv.data_ptr());
+      auto* dbase = static_cast<char*>(dqkv.data_ptr());
+      const int64_t third = inner * qkv.element_size();
       Check(fused_cuda::ShortAttentionBackward(
-                KernelType(q), dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), n, length,
-                heads, d, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                KernelType(qkv), dout.data_ptr(), base, base + third, base + 2 * third,
+                lse.data_ptr<float>(), dbase, dbase + third, dbase + 2 * third, n, length, heads, d,
+                3 * inner, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                 c10::cuda::getCurrentCUDAStream().stream()),
             "short attention backward kernel");
-      return {dq, dk, dv, torch::Tensor()};
+      return {dqkv, torch::Tensor()};
 #endif
     }
-    auto g = fused_reference::ShortAttentionBackward(dout, q, k, v, lse, heads);
-    return {g[0], g[1], g[2], torch::Tensor()};
+    auto parts = qkv.chunk(3, -1);
+    auto g =
+        fused_reference::ShortAttentionBackward(dout, parts[0], parts[1], parts[2], lse, heads);
+    return {torch::cat(g, -1), torch::Tensor()};
   }
 };
+
+// in [B, R, S] → [B, S, R] (+ add, [B, S, R]): the tiled kernel on CUDA tensors, LibTorch's
+// copy of the transposed view otherwise.
+torch::Tensor Transposed(const torch::Tensor& in, const torch::Tensor& add) {
+  if (UseKernel(in)) {
+#ifdef ADCTL_FUSED_CUDA
+    const c10::cuda::CUDAGuard guard(in.device());
+    auto out = torch::empty({in.size(0), in.size(2), in.size(1)}, in.options());
+    const auto extra = add.defined() ? add.to(in.scalar_type()).contiguous() : add;
+    Check(fused_cuda::BatchedTranspose(KernelType(in), in.data_ptr(), PtrOrNull(extra),
+                                       out.data_ptr(), in.size(0), in.size(1), in.size(2),
+                                       c10::cuda::getCurrentCUDAStream().stream()),
+          "transpose kernel");
+    return out;
+#endif
+  }
+  auto out = in.transpose(1, 2);
+  return add.defined() ? (add + out).to(in.scalar_type()) : out.contiguous();
+}
+
+class TransposeFunction : public torch::autograd::Function<TransposeFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x) {
+    return Transposed(x.contiguous(), {});
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {Transposed(grads[0].contiguous(), {})};
+  }
+};
+
+class AddTransposedFunction : public torch::autograd::Function<AddTransposedFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& y) {
+    ctx->saved_data["y_type"] = static_cast<int64_t>(y.scalar_type());
+    return Transposed(y.to(x.scalar_type()).contiguous(), x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto y_type = static_cast<torch::ScalarType>(ctx->saved_data["y_type"].toInt());
+    const auto g = grads[0].contiguous();
+    return {g, Transposed(g, {}).to(y_type)};
+  }
+};
+
+// The kernels' grid limits (batch ≤ 65535, ⌈rows / 32⌉ ≤ 65535).
+bool TransposeFits(const torch::Tensor& x) {
+  return x.dim() == 3 && x.size(0) <= 65535 && x.size(1) <= 65535LL * 32;
+}
 
 }  // namespace
 
@@ -268,16 +328,47 @@ bool FusedKernelsBuilt() {
 void SetFusedKernels(bool on) { fused_enabled.store(on); }
 bool FusedKernelsEnabled() { return fused_enabled.load(); }
 
-torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
-                                 const torch::Tensor& weight, const torch::Tensor& bias,
-                                 double eps) {
-  TORCH_CHECK(x.dim() >= 2 && x.size(1) % groups == 0, "GroupNorm+SiLU: ", x.size(1),
+torch::Tensor FusedGroupNorm(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps, bool silu) {
+  TORCH_CHECK(x.dim() >= 2 && x.size(1) % groups == 0, "GroupNorm: ", x.size(1),
               " channels do not split into ", groups, " groups");
   // Without affine parameters: γ = 1, β = 0 (autograd functions take defined tensors only).
   const auto o = x.options().requires_grad(false);
-  return GroupNormSiluFunction::apply(x, weight.defined() ? weight : torch::ones({x.size(1)}, o),
-                                      bias.defined() ? bias : torch::zeros({x.size(1)}, o), groups,
-                                      eps);
+  return GroupNormFunction::apply(x, weight.defined() ? weight : torch::ones({x.size(1)}, o),
+                                  bias.defined() ? bias : torch::zeros({x.size(1)}, o), groups, eps,
+                                  silu);
+}
+
+torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
+                                 const torch::Tensor& weight, const torch::Tensor& bias,
+                                 double eps) {
+  return FusedGroupNorm(x, groups, weight, bias, eps, /*silu=*/true);
+}
+
+torch::Tensor FusedTranspose(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3, "transpose: expected [B, R, S], got ", x.sizes());
+  return TransposeFunction::apply(x);
+}
+
+torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y) {
+  TORCH_CHECK(x.dim() == 3 && y.dim() == 3 && x.size(0) == y.size(0) && x.size(1) == y.size(2) &&
+                  x.size(2) == y.size(1),
+              "add transposed: expected x [B, R, S] and y [B, S, R], got ", x.sizes(), " and ",
+              y.sizes());
+  return AddTransposedFunction::apply(x, y);
+}
+
+torch::Tensor TransposeTokens(const torch::Tensor& x) {
+  if (FusedKernelsEnabled() && UseKernel(x) && TransposeFits(x)) return FusedTranspose(x);
+  return x.transpose(1, 2).contiguous();
+}
+
+torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y) {
+  if (FusedKernelsEnabled() && UseKernel(x) && y.scalar_type() == x.scalar_type() &&
+      y.device() == x.device() && TransposeFits(y)) {
+    return FusedAddTransposed(x, y);
+  }
+  return x + y.transpose(1, 2);
 }
 
 torch::Tensor FusedGeglu(const torch::Tensor& h) {
@@ -286,17 +377,22 @@ torch::Tensor FusedGeglu(const torch::Tensor& h) {
   return GegluFunction::apply(h);
 }
 
-bool ShortAttentionApplies(const torch::Tensor& q, const torch::Tensor& k, int64_t heads) {
+bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads) {
 #ifdef ADCTL_FUSED_CUDA
-  if (!FusedKernelsEnabled() || !UseKernel(q) || q.dim() != 3 || k.sizes() != q.sizes()) {
-    return false;
-  }
-  return q.size(1) <= fused_cuda::kShortAttentionMaxLength && q.size(2) % heads == 0 &&
-         q.size(2) / heads <= fused_cuda::kShortAttentionMaxHeadDim;
+  if (!FusedKernelsEnabled() || !UseKernel(x) || x.dim() != 3) return false;
+  return x.size(1) <= fused_cuda::kShortAttentionMaxLength && inner % heads == 0 &&
+         inner / heads <= fused_cuda::kShortAttentionMaxHeadDim;
 #else
-  (void)q, (void)k, (void)heads;
+  (void)x, (void)inner, (void)heads;
   return false;
 #endif
+}
+
+torch::Tensor FusedShortSelfAttention(const torch::Tensor& qkv, int64_t heads) {
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * heads) == 0,
+              "short attention: qkv must be [N, L, 3 · heads · d]; got ", qkv.sizes(), " with ",
+              heads, " heads");
+  return ShortAttentionFunction::apply(qkv, heads);
 }
 
 torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k,
@@ -305,7 +401,7 @@ torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k
       q.dim() == 3 && k.sizes() == q.sizes() && v.sizes() == q.sizes() && q.size(2) % heads == 0,
       "short attention: q, k, v must be [N, L, heads·d] alike; got ", q.sizes(), ", ", k.sizes(),
       ", ", v.sizes(), " with ", heads, " heads");
-  return ShortAttentionFunction::apply(q, k, v, heads);
+  return FusedShortSelfAttention(torch::cat({q, k, v}, -1), heads);
 }
 
 torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
@@ -313,6 +409,14 @@ torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch:
   if (FusedKernelsEnabled() && UseKernel(x))
     return FusedGroupNormSilu(x, groups, weight, bias, eps);
   return torch::silu(torch::group_norm(x, groups, weight, bias, eps));
+}
+
+torch::Tensor GroupNormPlain(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps) {
+  if (FusedKernelsEnabled() && UseKernel(x)) {
+    return FusedGroupNorm(x, groups, weight, bias, eps, /*silu=*/false);
+  }
+  return torch::group_norm(x, groups, weight, bias, eps);
 }
 
 torch::Tensor Geglu(const torch::Tensor& h) {
@@ -325,23 +429,23 @@ namespace fused_reference {
 
 GroupNormSiluResult GroupNormSiluForward(const torch::Tensor& x, int64_t groups,
                                          const torch::Tensor& weight, const torch::Tensor& bias,
-                                         double eps) {
+                                         double eps, bool silu) {
   const auto type = ComputeType(x);
   auto xg = x.to(type).reshape({x.size(0), groups, -1});
   auto mean = xg.mean(-1);
   auto var = (xg - mean.unsqueeze(-1)).pow(2).mean(-1);
   auto rstd = (var + eps).rsqrt();
   auto z = Affine(Normalized(x, mean, rstd, groups), weight, bias);
-  return {torch::silu(z).to(x.scalar_type()), mean, rstd};
+  return {(silu ? torch::silu(z) : z).to(x.scalar_type()), mean, rstd};
 }
 
 torch::Tensor GroupNormSiluBackward(const torch::Tensor& dy, const torch::Tensor& x,
                                     const torch::Tensor& mean, const torch::Tensor& rstd,
                                     const torch::Tensor& weight, const torch::Tensor& bias,
-                                    int64_t groups) {
+                                    int64_t groups, bool silu) {
   const auto type = ComputeType(x);
   auto xhat = Normalized(x, mean, rstd, groups);
-  auto g = SiluGrad(dy, Affine(xhat, weight, bias));
+  auto g = silu ? SiluGrad(dy, Affine(xhat, weight, bias)) : dy.to(type);
   if (weight.defined()) g = g * PerChannel(weight, x, type);
   auto gg = g.reshape({x.size(0), groups, -1});
   auto xg = xhat.reshape({x.size(0), groups, -1});
@@ -353,9 +457,9 @@ torch::Tensor GroupNormSiluBackward(const torch::Tensor& dy, const torch::Tensor
 std::pair<torch::Tensor, torch::Tensor> GroupNormSiluAffineBackward(
     const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
     const torch::Tensor& rstd, const torch::Tensor& weight, const torch::Tensor& bias,
-    int64_t groups) {
+    int64_t groups, bool silu) {
   auto xhat = Normalized(x, mean, rstd, groups);
-  auto dz = SiluGrad(dy, Affine(xhat, weight, bias));
+  auto dz = silu ? SiluGrad(dy, Affine(xhat, weight, bias)) : dy.to(xhat.scalar_type());
   std::vector<int64_t> reduce = {0};
   for (int64_t d = 2; d < x.dim(); ++d) reduce.push_back(d);
   return {(dz * xhat).sum(reduce), dz.sum(reduce)};

@@ -8,9 +8,9 @@
 //   - the same math in LibTorch operations (namespace fused_reference), which the CPU tests
 //     compare with autograd's gradient of the composition, and the GPU tests compare the kernels
 //     with (tests/gpu/fused_ops_gpu_test.cc).
-// The layers call GroupNormSilu / Geglu (and FusedShortAttention where ShortAttentionApplies):
-// the fused kernels for CUDA tensors while SetFusedKernels(true) (train.fused_kernels),
-// LibTorch's composition otherwise.
+// The layers call GroupNormSilu / GroupNormPlain / Geglu / TransposeTokens / AddTransposed (and
+// FusedShortAttention where ShortAttentionApplies): the fused kernels for CUDA tensors while
+// SetFusedKernels(true) (train.fused_kernels), LibTorch's composition otherwise.
 #pragma once
 
 #include <torch/torch.h>
@@ -27,32 +27,54 @@ bool FusedKernelsEnabled();
 // undefined.
 torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
                             const torch::Tensor& bias, double eps);
+// GroupNorm(x) with its affine and no activation (the transformers' and motion modules' norm):
+// the same kernels as GroupNormSilu's, without the SiLU.
+torch::Tensor GroupNormPlain(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps);
+
+// [B, R, S] → [B, S, R], contiguous: the layout changes into and out of the token sequences,
+// e.g. a transformer's [N, C, H·W] feature map to [N, H·W, C] tokens, a motion module's
+// [B, F·C, H·W] clip to [B, H·W, F·C] (each pixel's frames in a row). LibTorch's copy of a
+// transposed view reads one side with a stride; the kernel goes through shared-memory tiles.
+torch::Tensor TransposeTokens(const torch::Tensor& x);
+// x + yᵀ for x [B, R, S], y [B, S, R]: the way back from tokens with the residual added in the
+// same pass. Result [B, R, S], contiguous, x's dtype.
+torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y);
+
 // a · GELU(g) for h = [a, g] split in halves along the last dimension (diffusers' GEGLU after
 // its projection).
 torch::Tensor Geglu(const torch::Tensor& h);
 
-// softmax(q kᵀ / √d) v per head for self-attention over short sequences: q, k, v [N, L, heads·d]
-// (the projections, as the linear layers give them), → [N, L, heads·d], ready for the output
-// projection. For the motion modules' attention over frames, where LibTorch's attention kernels
-// (tiled for long sequences) spend ~3 ms per call on 16 × 16 scores: one block per (sequence,
-// head), everything in shared memory, no transposes. ShortAttentionApplies says when the
-// kernel serves (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256, fp32/bf16/fp16).
-bool ShortAttentionApplies(const torch::Tensor& q, const torch::Tensor& k, int64_t heads);
+// softmax(q kᵀ / √d) v per head for self-attention over short sequences: qkv = [q, k, v]
+// ([N, L, 3 · heads·d], the three projections as one linear layer gives them), → [N, L, heads·d],
+// ready for the output projection; its gradient comes back as one [N, L, 3 · heads·d] tensor
+// (no gradient sums for the shared input, no copies of the thirds). For the motion modules'
+// attention over frames, where LibTorch's attention kernels (tiled for long sequences) spend
+// ~3 ms per call on 16 × 16 scores: one warp per (sequence, head), everything in shared memory,
+// no transposes. ShortAttentionApplies says when the kernel serves for an input x [N, L, ·]
+// projected to `inner` = heads·d (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256,
+// fp32/bf16/fp16). FusedShortAttention: the same on separate q, k, v (concatenated first).
+bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads);
+torch::Tensor FusedShortSelfAttention(const torch::Tensor& qkv, int64_t heads);
 torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, int64_t heads);
 
 // The fused autograd functions themselves, on any device: the kernels on CUDA tensors of a
 // build that has them, the reference math otherwise. (GroupNormSilu / Geglu above pick between
 // these and the plain composition.)
+torch::Tensor FusedGroupNorm(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps, bool silu);
 torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
                                  const torch::Tensor& weight, const torch::Tensor& bias,
                                  double eps);
+torch::Tensor FusedTranspose(const torch::Tensor& x);
+torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor FusedGeglu(const torch::Tensor& h);
 
 namespace fused_reference {
 
 // The kernels' formulas in LibTorch operations, computed in fp32 (fp64 for fp64 inputs) and
-// returned in the input's dtype.
+// returned in the input's dtype. `silu` false: GroupNorm alone.
 struct GroupNormSiluResult {
   torch::Tensor y;     // x's shape and dtype
   torch::Tensor mean;  // [N, groups], fp32 (fp64 for fp64 inputs)
@@ -60,17 +82,17 @@ struct GroupNormSiluResult {
 };
 GroupNormSiluResult GroupNormSiluForward(const torch::Tensor& x, int64_t groups,
                                          const torch::Tensor& weight, const torch::Tensor& bias,
-                                         double eps);
+                                         double eps, bool silu = true);
 // x's gradient from y's (dy), given the forward's statistics.
 torch::Tensor GroupNormSiluBackward(const torch::Tensor& dy, const torch::Tensor& x,
                                     const torch::Tensor& mean, const torch::Tensor& rstd,
                                     const torch::Tensor& weight, const torch::Tensor& bias,
-                                    int64_t groups);
+                                    int64_t groups, bool silu = true);
 // The weight's and bias's gradients ([C] each, in the compute type), for when they train.
 std::pair<torch::Tensor, torch::Tensor> GroupNormSiluAffineBackward(
     const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
     const torch::Tensor& rstd, const torch::Tensor& weight, const torch::Tensor& bias,
-    int64_t groups);
+    int64_t groups, bool silu = true);
 
 torch::Tensor GegluForward(const torch::Tensor& h);
 torch::Tensor GegluBackward(const torch::Tensor& dout, const torch::Tensor& h);

@@ -69,8 +69,8 @@ __device__ __forceinline__ float GeluGrad(float x) {
 
 // One block per (sample, group): the group's elements are contiguous (channels g·c/G … of one
 // sample, hw each). Mean, then the mean squared deviation (exact two-pass variance, the second
-// read mostly from L2), then the normalised, affine, SiLU'd output.
-template <typename T, int V>
+// read mostly from L2), then the normalised, affine (and, with Silu, SiLU'd) output.
+template <typename T, int V, bool Silu>
 __global__ void __launch_bounds__(kThreads)
     GroupNormSiluForwardKernel(const T* x, const T* gamma, const T* beta, T* y, float* mean_out,
                                float* rstd_out, int64_t c, int64_t hw, int64_t groups, float eps) {
@@ -112,15 +112,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float z = Load(in.v[k]) * scale + shift;
-      out.v[k] = Store<T>(z * Sigmoid(z));
+      out.v[k] = Store<T>(Silu ? z * Sigmoid(z) : z);
     }
     yg[i] = out;
   }
 }
 
-// dz = dy · SiLU'(z) with z recomputed from x and the statistics; g = dz · γ; then GroupNorm's
-// input gradient dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) over the group.
-template <typename T, int V>
+// dz = dy · SiLU'(z) with z recomputed from x and the statistics (dz = dy without Silu);
+// g = dz · γ; then GroupNorm's input gradient dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) over
+// the group.
+template <typename T, int V, bool Silu>
 __global__ void __launch_bounds__(kThreads)
     GroupNormSiluBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                                 const T* gamma, const T* beta, T* dx, int64_t c, int64_t hw,
@@ -138,6 +139,7 @@ __global__ void __launch_bounds__(kThreads)
   // g and x̂ of one element.
   auto grad = [&](float xv, float dyv, float gm, float bt, float* xhat) {
     *xhat = (xv - mu) * r;
+    if (!Silu) return dyv * gm;
     const float z = *xhat * gm + bt;
     const float s = Sigmoid(z);
     return dyv * s * (1.f + z * (1.f - s)) * gm;
@@ -233,7 +235,7 @@ __device__ void LoadRows(const T* src, float* dst, int64_t base, int64_t row, in
 template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
     ShortAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, int length,
-                                int heads, int d, float scale) {
+                                int heads, int d, int64_t stride, float scale) {
   extern __shared__ float smem[];
   const int ld = d + 1, ls = length + 1;
   float* Q = smem;
@@ -242,11 +244,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
   float* P = V + length * ld;
   const int64_t n = blockIdx.x / heads;
   const int h = blockIdx.x % heads;
-  const int64_t row = static_cast<int64_t>(heads) * d;
+  const int64_t row = static_cast<int64_t>(heads) * d;  // out's; q, k, v's is `stride`
   const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
-  LoadRows(q, Q, base, row, length, d, ld);
-  LoadRows(k, K, base, row, length, d, ld);
-  LoadRows(v, V, base, row, length, d, ld);
+  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
+  LoadRows(q, Q, in_base, stride, length, d, ld);
+  LoadRows(k, K, in_base, stride, length, d, ld);
+  LoadRows(v, V, in_base, stride, length, d, ld);
   __syncthreads();
   for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
     const int i = idx / length, j = idx % length;
@@ -282,7 +285,7 @@ template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
     ShortAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v,
                                  const float* lse, T* dq, T* dk, T* dv, int length, int heads,
-                                 int d, float scale) {
+                                 int d, int64_t stride, float scale) {
   extern __shared__ float smem[];
   const int ld = d + 1, ls = length + 1;
   float* Q = smem;
@@ -294,12 +297,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
   float* D = dS + length * ls;
   const int64_t n = blockIdx.x / heads;
   const int h = blockIdx.x % heads;
-  const int64_t row = static_cast<int64_t>(heads) * d;
+  const int64_t row = static_cast<int64_t>(heads) * d;  // dout's; q, k, v's is `stride`
   const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
+  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
   const float* row_lse = lse + static_cast<int64_t>(blockIdx.x) * length;
-  LoadRows(q, Q, base, row, length, d, ld);
-  LoadRows(k, K, base, row, length, d, ld);
-  LoadRows(v, V, base, row, length, d, ld);
+  LoadRows(q, Q, in_base, stride, length, d, ld);
+  LoadRows(k, K, in_base, stride, length, d, ld);
+  LoadRows(v, V, in_base, stride, length, d, ld);
   LoadRows(dout, dO, base, row, length, d, ld);
   __syncthreads();
   for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
@@ -333,10 +337,268 @@ __global__ void __launch_bounds__(kAttentionThreads)
       gk += dS[t * ls + r] * Q[t * ld + c];
       gv += P[t * ls + r] * dO[t * ld + c];
     }
-    const int64_t g = base + r * row + c;
+    const int64_t g = in_base + r * stride + c;
     dq[g] = Store<T>(gq * scale);
     dk[g] = Store<T>(gk * scale);
     dv[g] = Store<T>(gv);
+  }
+}
+
+// Short attention for head dims divisible by 4 (the motion modules' 40, 80, 160): one warp per
+// (sequence, head), a few warps per block, no block-wide barriers. Rows live in shared memory as
+// fp32, padded to d + 4 floats (16-byte aligned, and 8 consecutive rows of float4 loads hit
+// distinct banks). Lane (i, s) = (lane % L, lane / L) owns query row i and the key columns
+// j = s, s + S, s + 2S, … (S = 32 / L lanes share a row): each float4 of q_i is loaded once for
+// kCols dot products, where the generic kernel above loads two operands per product. The
+// products' outputs ([L, d] of out, dq, dk, dv) are spread over the lanes 4 columns at a time.
+constexpr int kWarpAttentionMaxWarps = 4;
+
+struct WarpAttentionShape {
+  int length, d, ld, ls, split;  // split: lanes per row, 32 / length
+};
+
+__host__ __device__ inline int RoundUp4(int v) { return (v + 3) / 4 * 4; }
+
+__host__ __device__ inline WarpAttentionShape MakeWarpAttentionShape(int length, int d) {
+  return {length, d, d + 4, length + 1, 32 / length};
+}
+
+// Floats of shared memory per warp: `rows` [L, ld] arrays, `squares` [L, ls] arrays, 32 of scratch.
+__host__ __device__ inline int WarpAttentionFloats(const WarpAttentionShape& s, int rows,
+                                                   int squares) {
+  return rows * s.length * s.ld + squares * RoundUp4(s.length * s.ls) + 32;
+}
+
+template <typename T>
+__device__ void LoadRows4(const T* src, float* dst, int64_t base, int64_t row,
+                          const WarpAttentionShape& s, int lane) {
+  const int chunks = s.d / 4;
+  for (int idx = lane; idx < s.length * chunks; idx += 32) {
+    const int i = idx / chunks, c = idx % chunks * 4;
+    const Vec<T, 4> in = *reinterpret_cast<const Vec<T, 4>*>(src + base + i * row + c);
+    *reinterpret_cast<float4*>(dst + i * s.ld + c) =
+        make_float4(Load(in.v[0]), Load(in.v[1]), Load(in.v[2]), Load(in.v[3]));
+  }
+}
+
+template <typename T>
+__device__ void StoreRow4(T* dst, float4 v) {
+  Vec<T, 4> out;
+  out.v[0] = Store<T>(v.x);
+  out.v[1] = Store<T>(v.y);
+  out.v[2] = Store<T>(v.z);
+  out.v[3] = Store<T>(v.w);
+  *reinterpret_cast<Vec<T, 4>*>(dst) = out;
+}
+
+__device__ __forceinline__ float Dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+__device__ __forceinline__ void Fma4(float4& acc, float p, float4 v) {
+  acc.x += p * v.x;
+  acc.y += p * v.y;
+  acc.z += p * v.z;
+  acc.w += p * v.w;
+}
+
+// The sum (or maximum) of v over the lanes sharing row `row` (lanes row + L·s, s < split).
+__device__ float RowReduce(float v, bool max, float* scratch, int lane, int row,
+                           const WarpAttentionShape& s) {
+  __syncwarp();
+  scratch[lane] = v;
+  __syncwarp();
+  float r = scratch[row];
+  for (int k = 1; k < s.split; ++k) {
+    const float o = scratch[row + k * s.length];
+    r = max ? fmaxf(r, o) : r + o;
+  }
+  __syncwarp();
+  return r;
+}
+
+template <typename T, int kCols>
+__global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
+    WarpAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse,
+                               int64_t pairs, int heads, WarpAttentionShape s, int64_t stride,
+                               float scale) {
+  extern __shared__ float4 smem4[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (pair >= pairs) return;
+  float* Q = reinterpret_cast<float*>(smem4) + warp * WarpAttentionFloats(s, 3, 1);
+  float* K = Q + s.length * s.ld;
+  float* V = K + s.length * s.ld;
+  float* P = V + s.length * s.ld;
+  float* scratch = P + RoundUp4(s.length * s.ls);
+  const int64_t n = pair / heads;
+  const int h = static_cast<int>(pair % heads);
+  const int64_t row = static_cast<int64_t>(heads) * s.d;  // out's; q, k, v's is `stride`
+  const int64_t base = n * s.length * row + static_cast<int64_t>(h) * s.d;
+  const int64_t in_base = n * s.length * stride + static_cast<int64_t>(h) * s.d;
+  LoadRows4(q, Q, in_base, stride, s, lane);
+  LoadRows4(k, K, in_base, stride, s, lane);
+  LoadRows4(v, V, in_base, stride, s, lane);
+  __syncwarp();
+
+  const int i = lane % s.length, split = lane / s.length;
+  const bool active = split < s.split;
+  float acc[kCols];
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) acc[t] = 0.f;
+  if (active) {
+    for (int c = 0; c < s.d; c += 4) {
+      const float4 a = *reinterpret_cast<const float4*>(Q + i * s.ld + c);
+#pragma unroll
+      for (int t = 0; t < kCols; ++t) {
+        const int j = split + t * s.split;
+        if (j < s.length) acc[t] += Dot4(a, *reinterpret_cast<const float4*>(K + j * s.ld + c));
+      }
+    }
+  }
+  float m = -INFINITY;
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) {
+    acc[t] *= scale;
+    if (active && split + t * s.split < s.length) m = fmaxf(m, acc[t]);
+  }
+  m = RowReduce(m, true, scratch, lane, i, s);
+  float sum = 0.f;
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) {
+    acc[t] = active && split + t * s.split < s.length ? expf(acc[t] - m) : 0.f;
+    sum += acc[t];
+  }
+  sum = RowReduce(sum, false, scratch, lane, i, s);
+  if (active) {
+    const float inv = 1.f / sum;
+#pragma unroll
+    for (int t = 0; t < kCols; ++t) {
+      const int j = split + t * s.split;
+      if (j < s.length) P[i * s.ls + j] = acc[t] * inv;
+    }
+    if (split == 0) lse[pair * s.length + i] = m + logf(sum);
+  }
+  __syncwarp();
+
+  const int chunks = s.d / 4;
+  for (int u = lane; u < s.length * chunks; u += 32) {
+    const int r = u / chunks, c = u % chunks * 4;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < s.length; ++j) {
+      Fma4(o, P[r * s.ls + j], *reinterpret_cast<const float4*>(V + j * s.ld + c));
+    }
+    StoreRow4(out + base + r * row + c, o);
+  }
+}
+
+template <typename T, int kCols>
+__global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
+    WarpAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                                T* dq, T* dk, T* dv, int64_t pairs, int heads, WarpAttentionShape s,
+                                int64_t stride, float scale) {
+  extern __shared__ float4 smem4[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (pair >= pairs) return;
+  float* Q = reinterpret_cast<float*>(smem4) + warp * WarpAttentionFloats(s, 4, 2);
+  float* K = Q + s.length * s.ld;
+  float* V = K + s.length * s.ld;
+  float* dO = V + s.length * s.ld;
+  float* P = dO + s.length * s.ld;
+  float* dS = P + RoundUp4(s.length * s.ls);
+  float* scratch = dS + RoundUp4(s.length * s.ls);
+  const int64_t n = pair / heads;
+  const int h = static_cast<int>(pair % heads);
+  const int64_t row = static_cast<int64_t>(heads) * s.d;  // dout's; q, k, v's is `stride`
+  const int64_t base = n * s.length * row + static_cast<int64_t>(h) * s.d;
+  const int64_t in_base = n * s.length * stride + static_cast<int64_t>(h) * s.d;
+  LoadRows4(q, Q, in_base, stride, s, lane);
+  LoadRows4(k, K, in_base, stride, s, lane);
+  LoadRows4(v, V, in_base, stride, s, lane);
+  LoadRows4(dout, dO, base, row, s, lane);
+  __syncwarp();
+
+  // P_ij recomputed from the saved log-sum-exp, dP_ij = dO_i · V_j, D_i = Σ_j P_ij dP_ij,
+  // dS_ij = P_ij (dP_ij − D_i).
+  const int i = lane % s.length, split = lane / s.length;
+  const bool active = split < s.split;
+  float p[kCols], dp[kCols];
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) p[t] = dp[t] = 0.f;
+  if (active) {
+    for (int c = 0; c < s.d; c += 4) {
+      const float4 a = *reinterpret_cast<const float4*>(Q + i * s.ld + c);
+      const float4 g = *reinterpret_cast<const float4*>(dO + i * s.ld + c);
+#pragma unroll
+      for (int t = 0; t < kCols; ++t) {
+        const int j = split + t * s.split;
+        if (j < s.length) {
+          p[t] += Dot4(a, *reinterpret_cast<const float4*>(K + j * s.ld + c));
+          dp[t] += Dot4(g, *reinterpret_cast<const float4*>(V + j * s.ld + c));
+        }
+      }
+    }
+  }
+  const float row_lse = active ? lse[pair * s.length + i] : 0.f;
+  float partial = 0.f;
+#pragma unroll
+  for (int t = 0; t < kCols; ++t) {
+    p[t] = active && split + t * s.split < s.length ? expf(p[t] * scale - row_lse) : 0.f;
+    partial += p[t] * dp[t];
+  }
+  const float D = RowReduce(partial, false, scratch, lane, i, s);
+  if (active) {
+#pragma unroll
+    for (int t = 0; t < kCols; ++t) {
+      const int j = split + t * s.split;
+      if (j < s.length) {
+        P[i * s.ls + j] = p[t];
+        dS[i * s.ls + j] = p[t] * (dp[t] - D);
+      }
+    }
+  }
+  __syncwarp();
+
+  const int chunks = s.d / 4;
+  for (int u = lane; u < s.length * chunks; u += 32) {
+    const int r = u / chunks, c = u % chunks * 4;  // row r of dq (a query) and of dk, dv (a key)
+    float4 gq = make_float4(0.f, 0.f, 0.f, 0.f), gk = gq, gv = gq;
+    for (int t = 0; t < s.length; ++t) {
+      Fma4(gq, dS[r * s.ls + t], *reinterpret_cast<const float4*>(K + t * s.ld + c));
+      Fma4(gk, dS[t * s.ls + r], *reinterpret_cast<const float4*>(Q + t * s.ld + c));
+      Fma4(gv, P[t * s.ls + r], *reinterpret_cast<const float4*>(dO + t * s.ld + c));
+    }
+    const int64_t g = in_base + r * stride + c;
+    StoreRow4(dq + g, make_float4(gq.x * scale, gq.y * scale, gq.z * scale, gq.w * scale));
+    StoreRow4(dk + g, make_float4(gk.x * scale, gk.y * scale, gk.z * scale, gk.w * scale));
+    StoreRow4(dv + g, gv);
+  }
+}
+
+// out[b, j, i] = in[b, i, j] (+ add[b, j, i]): 32 × 32 tiles through shared memory, so that
+// both the reads and the writes are row-contiguous.
+constexpr int kTile = 32, kTileRows = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    TransposeKernel(const T* in, const T* add, T* out, int64_t rows, int64_t cols) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t offset = static_cast<int64_t>(blockIdx.z) * rows * cols;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = Load(in[offset + r * cols + c]);
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) {
+      const int64_t o = offset + c * rows + r;
+      const float value = tile[threadIdx.x][k];
+      out[o] = Store<T>(add ? value + Load(add[o]) : value);
+    }
   }
 }
 
@@ -407,18 +669,49 @@ bool ShortAttentionFits(int64_t length, int64_t head_dim) {
          head_dim <= kShortAttentionMaxHeadDim;
 }
 
+// The warp kernels read and write 4 elements at a time: d and the rows' stride divisible by 4,
+// pointers aligned.
+template <typename T>
+bool WarpAttentionFits(int d, int64_t stride, std::initializer_list<const void*> pointers) {
+  bool ok = d % 4 == 0 && stride % 4 == 0;
+  for (const void* p : pointers) ok = ok && reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+  return ok;
+}
+
+// Up to kWarpAttentionMaxWarps warps per block within the default 48 KB of shared memory (no
+// attribute to set, inside a CUDA graph's capture too), at least one.
+int WarpsPerBlock(int floats_per_warp) {
+  const int fit = static_cast<int>(48 * 1024 / (sizeof(float) * floats_per_warp));
+  return std::max(1, std::min(kWarpAttentionMaxWarps, fit));
+}
+
+unsigned WarpBlocks(int64_t pairs, int warps) {
+  return static_cast<unsigned>((pairs + warps - 1) / warps);
+}
+
+// launch(std::integral_constant<int, kCols>{}) with kCols ≥ the key columns one lane owns
+// (⌈L / split⌉): 2 for L ≤ 8, 8 for L ≤ 16, 32 above.
+template <typename Launch>
+int WithColumns(const WarpAttentionShape& s, Launch&& launch) {
+  const int cols = (s.length + s.split - 1) / s.split;
+  if (cols <= 2) return launch(std::integral_constant<int, 2>{});
+  if (cols <= 8) return launch(std::integral_constant<int, 8>{});
+  return launch(std::integral_constant<int, 32>{});
+}
+
 }  // namespace
 
 int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
                          float* mean, float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups,
-                         float eps, void* stream) {
+                         float eps, bool silu, void* stream) {
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     WithVectorWidth(VectorWidth<T>(hw, {x, y}), [&](auto v) {
-      GroupNormSiluForwardKernel<T, decltype(v)::value>
-          <<<static_cast<unsigned>(n * groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-              static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
-              static_cast<T*>(y), mean, rstd, c, hw, groups, eps);
+      auto kernel = silu ? GroupNormSiluForwardKernel<T, decltype(v)::value, true>
+                         : GroupNormSiluForwardKernel<T, decltype(v)::value, false>;
+      kernel<<<static_cast<unsigned>(n * groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
+          static_cast<T*>(y), mean, rstd, c, hw, groups, eps);
     });
     return static_cast<int>(cudaGetLastError());
   });
@@ -426,15 +719,17 @@ int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const vo
 
 int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const float* mean,
                           const float* rstd, const void* gamma, const void* beta, void* dx,
-                          int64_t n, int64_t c, int64_t hw, int64_t groups, void* stream) {
+                          int64_t n, int64_t c, int64_t hw, int64_t groups, bool silu,
+                          void* stream) {
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     WithVectorWidth(VectorWidth<T>(hw, {dy, x, dx}), [&](auto v) {
-      GroupNormSiluBackwardKernel<T, decltype(v)::value>
-          <<<static_cast<unsigned>(n * groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-              static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
-              static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(dx), c, hw,
-              groups);
+      auto kernel = silu ? GroupNormSiluBackwardKernel<T, decltype(v)::value, true>
+                         : GroupNormSiluBackwardKernel<T, decltype(v)::value, false>;
+      kernel<<<static_cast<unsigned>(n * groups), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+          static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(dx), c, hw,
+          groups);
     });
     return static_cast<int>(cudaGetLastError());
   });
@@ -469,36 +764,83 @@ int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_
 
 int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
                           float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
-                          float scale, void* stream) {
+                          int64_t stride, float scale, void* stream) {
   if (!ShortAttentionFits(length, head_dim)) return static_cast<int>(cudaErrorInvalidValue);
   const int L = static_cast<int>(length), D = static_cast<int>(head_dim);
-  const size_t bytes = sizeof(float) * (3 * L * (D + 1) + L * (L + 1));
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if (WarpAttentionFits<T>(D, stride, {q, k, v, out})) {
+      const auto shape = MakeWarpAttentionShape(L, D);
+      const int per_warp = WarpAttentionFloats(shape, 3, 1);
+      const int warps = WarpsPerBlock(per_warp);
+      const size_t bytes = sizeof(float) * per_warp * warps;
+      return WithColumns(shape, [&](auto cols) {
+        auto kernel = WarpAttentionForwardKernel<T, decltype(cols)::value>;
+        if (int e = AllowSharedMemory(kernel, bytes)) return e;
+        kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
+            static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+            static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), shape, stride, scale);
+        return static_cast<int>(cudaGetLastError());
+      });
+    }
+    const size_t bytes = sizeof(float) * (3 * L * (D + 1) + L * (L + 1));
     if (int e = AllowSharedMemory(ShortAttentionForwardKernel<T>, bytes)) return e;
-    ShortAttentionForwardKernel<T><<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes,
-                                     static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-        static_cast<T*>(out), lse, L, static_cast<int>(heads), D, scale);
+    ShortAttentionForwardKernel<T>
+        <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, cuda_stream>>>(
+            static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+            static_cast<T*>(out), lse, L, static_cast<int>(heads), D, stride, scale);
     return static_cast<int>(cudaGetLastError());
   });
 }
 
 int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
-                           int64_t length, int64_t heads, int64_t head_dim, float scale,
-                           void* stream) {
+                           int64_t length, int64_t heads, int64_t head_dim, int64_t stride,
+                           float scale, void* stream) {
   if (!ShortAttentionFits(length, head_dim)) return static_cast<int>(cudaErrorInvalidValue);
   const int L = static_cast<int>(length), D = static_cast<int>(head_dim);
-  const size_t bytes = sizeof(float) * (4 * L * (D + 1) + 2 * L * (L + 1) + L);
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if (WarpAttentionFits<T>(D, stride, {dout, q, k, v, dq, dk, dv})) {
+      const auto shape = MakeWarpAttentionShape(L, D);
+      const int per_warp = WarpAttentionFloats(shape, 4, 2);
+      const int warps = WarpsPerBlock(per_warp);
+      const size_t bytes = sizeof(float) * per_warp * warps;
+      return WithColumns(shape, [&](auto cols) {
+        auto kernel = WarpAttentionBackwardKernel<T, decltype(cols)::value>;
+        if (int e = AllowSharedMemory(kernel, bytes)) return e;
+        kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
+            static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+            static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
+            static_cast<T*>(dv), n * heads, static_cast<int>(heads), shape, stride, scale);
+        return static_cast<int>(cudaGetLastError());
+      });
+    }
+    const size_t bytes = sizeof(float) * (4 * L * (D + 1) + 2 * L * (L + 1) + L);
     if (int e = AllowSharedMemory(ShortAttentionBackwardKernel<T>, bytes)) return e;
-    ShortAttentionBackwardKernel<T><<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes,
-                                      static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
-        static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
-        static_cast<T*>(dv), L, static_cast<int>(heads), D, scale);
+    ShortAttentionBackwardKernel<T>
+        <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, cuda_stream>>>(
+            static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+            static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
+            static_cast<T*>(dv), L, static_cast<int>(heads), D, stride, scale);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int BatchedTranspose(DType dtype, const void* in, const void* add, void* out, int64_t batch,
+                     int64_t rows, int64_t cols, void* stream) {
+  const int64_t grid_y = (rows + kTile - 1) / kTile, grid_x = (cols + kTile - 1) / kTile;
+  if (batch < 1 || batch > 65535 || grid_y > 65535 || grid_x > (int64_t{1} << 31) - 1) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                    static_cast<unsigned>(batch));
+    TransposeKernel<T><<<grid, dim3(kTile, kTileRows), 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(in), static_cast<const T*>(add), static_cast<T*>(out), rows, cols);
     return static_cast<int>(cudaGetLastError());
   });
 }

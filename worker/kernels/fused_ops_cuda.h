@@ -12,17 +12,18 @@ namespace adctl::fused_cuda {
 
 enum class DType { kFloat32, kBFloat16, kFloat16 };
 
-// y = SiLU(GroupNorm(x)), and the groups' mean and 1/σ ([n, groups], fp32) for the backward.
-// gamma and beta ([c], x's dtype) may be null (no affine).
+// y = SiLU(GroupNorm(x)) (GroupNorm(x) when !silu), and the groups' mean and 1/σ ([n, groups],
+// fp32) for the backward. gamma and beta ([c], x's dtype) may be null (no affine).
 int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
                          float* mean, float* rstd, int64_t n, int64_t c, int64_t hw, int64_t groups,
-                         float eps, void* stream);
+                         float eps, bool silu, void* stream);
 
 // dx from dy (the gradient of y) and the forward's input and statistics; γ and β take no
 // gradient here (the caller computes theirs when they need one).
 int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const float* mean,
                           const float* rstd, const void* gamma, const void* beta, void* dx,
-                          int64_t n, int64_t c, int64_t hw, int64_t groups, void* stream);
+                          int64_t n, int64_t c, int64_t hw, int64_t groups, bool silu,
+                          void* stream);
 
 // GEGLU: out[r, j] = h[r, j] · GELU(h[r, e + j]) (exact, erf GELU), out is [rows, e].
 int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream);
@@ -32,19 +33,30 @@ int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_
                   void* stream);
 
 // Self-attention over short sequences (length ≤ kShortAttentionMaxLength, e.g. the motion
-// modules' 16 frames), one block per (sequence, head) with everything in shared memory: q, k, v
-// and out are [n, length, heads · head_dim] (the projections, token-major; no transposes),
+// modules' 16 frames), everything in shared memory: one warp per (sequence, head) where the head
+// dimension and `stride` are divisible by 4 (and the pointers aligned to 4 elements), one block
+// per (sequence, head) otherwise. q, k, v are [n, length, ·] with rows `stride` elements apart
+// (heads · head_dim when separate, 3 · heads · head_dim when they are the thirds of one
+// projection's output), head h at columns h · head_dim …; out is [n, length, heads · head_dim];
 // lse [n · heads, length] fp32 (each row's log-sum-exp of the scaled scores, for the backward).
 constexpr int kShortAttentionMaxLength = 32;
 constexpr int kShortAttentionMaxHeadDim = 256;
 int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
                           float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
-                          float scale, void* stream);
-// dq, dk, dv (same layout) from dout; the softmax is recomputed from q, k and lse.
+                          int64_t stride, float scale, void* stream);
+// dq, dk, dv (q's layout, `stride`) from dout (out's); the softmax is recomputed from q, k and
+// lse.
 int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
-                           int64_t length, int64_t heads, int64_t head_dim, float scale,
-                           void* stream);
+                           int64_t length, int64_t heads, int64_t head_dim, int64_t stride,
+                           float scale, void* stream);
+
+// out[b, j, i] = in[b, i, j] (+ add[b, j, i] where add is not null): in is [batch, rows, cols],
+// out and add [batch, cols, rows]. The layout changes around the transformers' and motion
+// modules' token sequences ([N, C, HW] ↔ [N, HW, C], [B, F·C, HW] ↔ [B, HW, F·C]), the residual
+// add folded in. batch ≤ 65535, rows ≤ 65535 · 32.
+int BatchedTranspose(DType dtype, const void* in, const void* add, void* out, int64_t batch,
+                     int64_t rows, int64_t cols, void* stream);
 
 const char* FusedCudaErrorString(int error);
 

@@ -74,16 +74,17 @@ torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return torch::linear(x, As(layer->weight, x), As(layer->bias, x));
 }
 
-torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x) {
+torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x, bool with_bias,
+                       const torch::Tensor& bias) {
   // Every conv of the SD UNet pads by (k − 1) / 2 ("same" for stride 1, downsample_padding 1).
   const int64_t pad = layer->weight.size(-1) / 2;
-  return torch::conv2d(x, As(layer->weight, x), As(layer->bias, x), *layer->options.stride(),
-                       {pad, pad});
+  const auto& b = bias.defined() ? bias : (with_bias ? layer->bias : torch::Tensor());
+  return torch::conv2d(x, As(layer->weight, x), As(b, x), *layer->options.stride(), {pad, pad});
 }
 
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x) {
   const auto& o = layer->options;
-  return torch::group_norm(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
+  return GroupNormPlain(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
 }
 
 torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x) {
@@ -139,14 +140,23 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels,
 
 torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& emb,
                                          int64_t num_frames) {
-  auto h = Conv2dIn(conv1, GroupNormSiluIn(norm1, x));
+  // conv1's bias joins the time embedding's projection (one [B, C] add instead of a pass over
+  // the feature map: LibTorch adds a convolution's bias as a separate kernel), and conv2's joins
+  // the shortcut convolution's where there is one.
+  auto h = Conv2dIn(conv1, GroupNormSiluIn(norm1, x), /*with_bias=*/false);
   // Project once per clip, then broadcast to its frames.
   auto t = LinearIn(time_emb_proj, torch::silu(As(emb, x)));
+  if (conv1->bias.defined()) t = t + As(conv1->bias, t);
   t = t.repeat_interleave(num_frames, 0).unsqueeze(-1).unsqueeze(-1);
   h = h + t;
-  h = Conv2dIn(conv2, GroupNormSiluIn(norm2, h));
-  auto shortcut = conv_shortcut ? Conv2dIn(conv_shortcut, x) : x;
-  return shortcut + h;
+  h = GroupNormSiluIn(norm2, h);
+  if (!conv_shortcut) return x + Conv2dIn(conv2, h);
+  auto shortcut_bias = conv_shortcut->bias;
+  if (conv2->bias.defined()) {
+    shortcut_bias = shortcut_bias.defined() ? shortcut_bias + conv2->bias : conv2->bias;
+  }
+  return Conv2dIn(conv_shortcut, x, /*with_bias=*/false, shortcut_bias) +
+         Conv2dIn(conv2, h, /*with_bias=*/false);
 }
 
 AttentionImpl::AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads,
@@ -167,15 +177,17 @@ AttentionImpl::AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t hea
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
                                      int64_t repeat) {
+  // Self-attention over short sequences (the motion modules' over 16 frames): one projection to
+  // [q, k, v] and one fused kernel, where LibTorch's tiled kernels spend most of their time on
+  // padding.
+  if (!context.defined() && repeat <= 1 && ShortAttentionApplies(x, to_q->weight.size(0), heads)) {
+    auto w = torch::cat({to_q->weight, to_k->weight, to_v->weight});
+    return LinearIn(out_proj, FusedShortSelfAttention(torch::linear(x, As(w, x)), heads));
+  }
   const auto& ctx = context.defined() ? context : x;
   auto q = LinearIn(to_q, x);
   auto k = LinearIn(to_k, As(ctx, x));
   auto v = LinearIn(to_v, As(ctx, x));
-  // The motion modules' attention over 16 frames (and the mid block's over 16 tokens): one
-  // fused kernel where LibTorch's tiled kernels spend most of their time on padding.
-  if (repeat <= 1 && ShortAttentionApplies(q, k, heads)) {
-    return LinearIn(out_proj, FusedShortAttention(q, k, v, heads));
-  }
   auto split = [this](const torch::Tensor& t) {  // [N, L, H·d] → [N, H, L, d]
     return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
   };
@@ -246,27 +258,22 @@ Transformer2DImpl::Transformer2DImpl(int64_t channels, int64_t heads, int64_t co
 torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
                                          int64_t num_frames) {
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
-  auto y = GroupNormIn(norm, x);
-  auto to_tokens = [&](const torch::Tensor& t) {
-    return t.permute({0, 2, 3, 1}).reshape({n, h * w, c});
+  // Tokens [N, H·W, C] by a tiled transpose; the 1×1 convolutions of conv-projection models
+  // (SD1.5) are the same linear map on tokens, which spares cuDNN's NCHW↔NHWC conversions, the
+  // separate bias add and the copies of the transposed views.
+  auto project = [&](const torch::nn::AnyModule& module, const torch::Tensor& tokens) {
+    if (linear_projection)
+      return LinearIn(torch::nn::Linear(module.ptr<torch::nn::LinearImpl>()), tokens);
+    const auto& conv = module.ptr<torch::nn::Conv2dImpl>();
+    return torch::linear(tokens, As(conv->weight.flatten(1), tokens), As(conv->bias, tokens));
   };
-  auto from_tokens = [&](const torch::Tensor& t) {
-    return t.reshape({n, h, w, c}).permute({0, 3, 1, 2}).contiguous();
-  };
-  if (linear_projection) {
-    y = LinearIn(torch::nn::Linear(proj_in.ptr<torch::nn::LinearImpl>()), to_tokens(y));
-  } else {
-    y = to_tokens(Conv2dIn(torch::nn::Conv2d(proj_in.ptr<torch::nn::Conv2dImpl>()), y));
-  }
+  auto y = TransposeTokens(GroupNormIn(norm, x).view({n, c, h * w}));
+  y = project(proj_in, y);
   for (const auto& block : *transformer_blocks) {
     y = block->as<SpatialTransformerBlockImpl>()->forward(y, context, num_frames);
   }
-  if (linear_projection) {
-    y = from_tokens(LinearIn(torch::nn::Linear(proj_out.ptr<torch::nn::LinearImpl>()), y));
-  } else {
-    y = Conv2dIn(torch::nn::Conv2d(proj_out.ptr<torch::nn::Conv2dImpl>()), from_tokens(y));
-  }
-  return y + x;
+  y = project(proj_out, y);
+  return AddTransposed(x.reshape({n, c, h * w}), y).view({n, c, h, w});
 }
 
 Downsample2DImpl::Downsample2DImpl(int64_t channels, int64_t padding) {

@@ -40,7 +40,10 @@ void InitializeLinearAndConv(torch::nn::Module& module);
 
 // Casting helpers: compute in x's dtype whatever the stored weight dtype.
 torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x);
-torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x);
+// with_bias false: without the layer's bias (the caller adds it elsewhere); `bias`, when defined,
+// replaces it.
+torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x,
+                       bool with_bias = true, const torch::Tensor& bias = {});
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
 // SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/fused_ops.h).
 torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "worker/kernels/fused_ops.h"
+
 namespace adctl {
 
 torch::Tensor SinusoidalPositionTable(int64_t max_len, int64_t dim) {
@@ -66,21 +68,22 @@ torch::Tensor MotionModuleImpl::forward(const torch::Tensor& x, int64_t num_fram
   }
   const int64_t bf = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const int64_t b = bf / num_frames;
-  torch::Tensor tokens;  // [B, H, W, F, C]
+  // Tokens [B·H·W, F, C]: each pixel's frames in a row. The clip [B, F·C, H·W] transposed to
+  // [B, H·W, F·C] (one tiled transpose), and back with the residual added in the same pass.
+  torch::Tensor tokens;
   if (norm_across_frames) {
     auto clip = x.view({b, num_frames, c, h, w}).permute({0, 2, 1, 3, 4});  // [B, C, F, H, W]
-    tokens = GroupNormIn(norm, clip).permute({0, 3, 4, 2, 1});
+    tokens = GroupNormIn(norm, clip).permute({0, 3, 4, 2, 1}).reshape({b, h * w, num_frames * c});
   } else {
-    tokens = GroupNormIn(norm, x).view({b, num_frames, c, h, w}).permute({0, 3, 4, 1, 2});
+    tokens = TransposeTokens(GroupNormIn(norm, x).view({b, num_frames * c, h * w}));
   }
-  auto y = tokens.reshape({b * h * w, num_frames, c});
-  y = LinearIn(proj_in, y);
+  auto y = LinearIn(proj_in, tokens.view({b * h * w, num_frames, c}));
   for (const auto& block : *transformer_blocks) {
     y = block->as<TemporalTransformerBlockImpl>()->forward(y);
   }
   y = LinearIn(proj_out, y);
-  y = y.view({b, h, w, num_frames, c}).permute({0, 3, 4, 1, 2}).reshape({bf, c, h, w});
-  return y + x;
+  return AddTransposed(x.reshape({b, num_frames * c, h * w}), y.view({b, h * w, num_frames * c}))
+      .view({bf, c, h, w});
 }
 
 }  // namespace adctl
