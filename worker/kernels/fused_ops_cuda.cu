@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -576,6 +577,239 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   }
 }
 
+// Short attention on tensor cores (bf16/fp16, L ≤ 16: the motion modules' 16 frames): one warp
+// per (sequence, head) multiplies 16 × 16 tiles with WMMA, so the work is the loads and stores.
+// Rows are padded to 16 with zeros (keys past L masked out of the softmax, queries past L not
+// stored), columns to a multiple of 16 (+ 8 elements of row padding against bank conflicts). P
+// and dS enter the second products in the input's 16-bit type, as in flash attention; the
+// scores, the softmax and every accumulator are fp32. The 16 × 16 fp32 score tile doubles as the
+// staging tile of each output block.
+constexpr int kMmaRows = 16;
+
+__host__ __device__ inline int MmaRowElements(int d) { return (d + 15) / 16 * 16 + 8; }
+
+// Bytes of shared memory per warp: `tiles` [16, ldt] 16-bit tiles and `squares` pairs of a
+// 16 × 16 fp32 and a 16 × 16 16-bit square.
+__host__ __device__ inline int MmaWarpBytes(int d, int tiles, int squares) {
+  return tiles * kMmaRows * MmaRowElements(d) * 2 + squares * kMmaRows * kMmaRows * (4 + 2);
+}
+
+// Rows 0 … 15 of a (sequence, head) slice into a [16, ldt] tile, zeros past `length` rows and
+// `d` columns.
+template <typename T>
+__device__ void LoadMmaTile(const T* src, T* dst, int64_t base, int64_t stride, int length, int d,
+                            int ldt, int lane) {
+  const int chunks = (ldt - 8) / 4;
+  for (int idx = lane; idx < kMmaRows * chunks; idx += 32) {
+    const int i = idx / chunks, c = idx % chunks * 4;
+    Vec<T, 4> v;
+    if (i < length && c < d) {
+      v = *reinterpret_cast<const Vec<T, 4>*>(src + base + i * stride + c);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v.v[e] = Store<T>(0.f);
+    }
+    *reinterpret_cast<Vec<T, 4>*>(dst + i * ldt + c) = v;
+  }
+}
+
+// Columns n0 … n0 + 15 of an output block from the fp32 staging tile, times `scale`, rows below
+// `length` and columns below `d` only; lane (i, half) writes row i's 8 columns half · 8 ….
+template <typename T>
+__device__ void StoreMmaTile(T* dst, const float* tile, int64_t base, int64_t row, int n0,
+                             int length, int d, int lane, float scale) {
+  const int i = lane / 2, first = (lane % 2) * 8;
+  if (i >= length) return;
+#pragma unroll
+  for (int g = 0; g < 8; g += 4) {
+    const int c = n0 + first + g;
+    if (c >= d) break;
+    const float* s = tile + i * kMmaRows + first + g;
+    StoreRow4(dst + base + i * row + c,
+              make_float4(s[0] * scale, s[1] * scale, s[2] * scale, s[3] * scale));
+  }
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define ADCTL_MMA_ATTENTION 1
+#endif
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
+    MmaAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, int64_t pairs,
+                              int heads, int length, int d, int64_t stride, float scale) {
+#ifdef ADCTL_MMA_ATTENTION
+  using namespace nvcuda;
+  using Tile = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+  extern __shared__ float4 smem4[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (pair >= pairs) return;
+  const int ldt = MmaRowElements(d), dp = ldt - 8;
+  T* Q = reinterpret_cast<T*>(reinterpret_cast<char*>(smem4) + warp * MmaWarpBytes(d, 3, 1));
+  T* K = Q + kMmaRows * ldt;
+  T* V = K + kMmaRows * ldt;
+  float* S = reinterpret_cast<float*>(V + kMmaRows * ldt);
+  T* P = reinterpret_cast<T*>(S + kMmaRows * kMmaRows);
+  const int64_t n = pair / heads;
+  const int h = static_cast<int>(pair % heads);
+  const int64_t row = static_cast<int64_t>(heads) * d;  // out's; q, k, v's is `stride`
+  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
+  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
+  LoadMmaTile(q, Q, in_base, stride, length, d, ldt, lane);
+  LoadMmaTile(k, K, in_base, stride, length, d, ldt, lane);
+  LoadMmaTile(v, V, in_base, stride, length, d, ldt, lane);
+  __syncwarp();
+
+  Tile acc;
+  wmma::fill_fragment(acc, 0.f);
+  for (int k0 = 0; k0 < dp; k0 += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;  // Kᵀ
+    wmma::load_matrix_sync(a, Q + k0, ldt);
+    wmma::load_matrix_sync(b, K + k0, ldt);
+    wmma::mma_sync(acc, a, b, acc);
+  }
+  wmma::store_matrix_sync(S, acc, kMmaRows, wmma::mem_row_major);
+  __syncwarp();
+
+  const int i = lane / 2, first = (lane % 2) * 8;
+  float e[8];
+  float m = -INFINITY;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    e[t] = first + t < length ? S[i * kMmaRows + first + t] * scale : -INFINITY;
+    m = fmaxf(m, e[t]);
+  }
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  float sum = 0.f;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    e[t] = first + t < length ? expf(e[t] - m) : 0.f;
+    sum += e[t];
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  const float inv = 1.f / sum;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) P[i * kMmaRows + first + t] = Store<T>(e[t] * inv);
+  if (first == 0 && i < length) lse[pair * length + i] = m + logf(sum);
+  __syncwarp();
+
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p;
+  wmma::load_matrix_sync(p, P, kMmaRows);
+  for (int n0 = 0; n0 < dp; n0 += 16) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+    wmma::load_matrix_sync(b, V + n0, ldt);
+    wmma::fill_fragment(acc, 0.f);
+    wmma::mma_sync(acc, p, b, acc);
+    __syncwarp();  // the previous block's readers are done with S
+    wmma::store_matrix_sync(S, acc, kMmaRows, wmma::mem_row_major);
+    __syncwarp();
+    StoreMmaTile(out, S, base, row, n0, length, d, lane, 1.f);
+  }
+#endif
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
+    MmaAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                               T* dq, T* dk, T* dv, int64_t pairs, int heads, int length, int d,
+                               int64_t stride, float scale) {
+#ifdef ADCTL_MMA_ATTENTION
+  using namespace nvcuda;
+  using Tile = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+  extern __shared__ float4 smem4[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (pair >= pairs) return;
+  const int ldt = MmaRowElements(d), dp = ldt - 8;
+  T* Q = reinterpret_cast<T*>(reinterpret_cast<char*>(smem4) + warp * MmaWarpBytes(d, 4, 2));
+  T* K = Q + kMmaRows * ldt;
+  T* V = K + kMmaRows * ldt;
+  T* dO = V + kMmaRows * ldt;
+  float* S = reinterpret_cast<float*>(dO + kMmaRows * ldt);
+  float* dP = S + kMmaRows * kMmaRows;
+  T* P = reinterpret_cast<T*>(dP + kMmaRows * kMmaRows);
+  T* dS = P + kMmaRows * kMmaRows;
+  const int64_t n = pair / heads;
+  const int h = static_cast<int>(pair % heads);
+  const int64_t row = static_cast<int64_t>(heads) * d;  // dout's; q, k, v's is `stride`
+  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
+  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
+  LoadMmaTile(q, Q, in_base, stride, length, d, ldt, lane);
+  LoadMmaTile(k, K, in_base, stride, length, d, ldt, lane);
+  LoadMmaTile(v, V, in_base, stride, length, d, ldt, lane);
+  LoadMmaTile(dout, dO, base, row, length, d, ldt, lane);
+  __syncwarp();
+
+  // S = Q Kᵀ and dP = dO Vᵀ.
+  Tile s_acc, dp_acc;
+  wmma::fill_fragment(s_acc, 0.f);
+  wmma::fill_fragment(dp_acc, 0.f);
+  for (int k0 = 0; k0 < dp; k0 += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+    wmma::load_matrix_sync(a, Q + k0, ldt);
+    wmma::load_matrix_sync(b, K + k0, ldt);
+    wmma::mma_sync(s_acc, a, b, s_acc);
+    wmma::load_matrix_sync(a, dO + k0, ldt);
+    wmma::load_matrix_sync(b, V + k0, ldt);
+    wmma::mma_sync(dp_acc, a, b, dp_acc);
+  }
+  wmma::store_matrix_sync(S, s_acc, kMmaRows, wmma::mem_row_major);
+  wmma::store_matrix_sync(dP, dp_acc, kMmaRows, wmma::mem_row_major);
+  __syncwarp();
+
+  // P from the saved log-sum-exp, D_i = Σ_j P_ij dP_ij, dS = P (dP − D); zero outside L × L.
+  const int i = lane / 2, first = (lane % 2) * 8;
+  const float row_lse = i < length ? lse[pair * length + i] : 0.f;
+  float p[8], g[8], partial = 0.f;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    const int j = first + t;
+    p[t] = i < length && j < length ? expf(S[i * kMmaRows + j] * scale - row_lse) : 0.f;
+    g[t] = dP[i * kMmaRows + j];
+    partial += p[t] * g[t];
+  }
+  const float D = partial + __shfl_xor_sync(0xffffffffu, partial, 1);
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    P[i * kMmaRows + first + t] = Store<T>(p[t]);
+    dS[i * kMmaRows + first + t] = Store<T>(p[t] * (g[t] - D));
+  }
+  __syncwarp();
+
+  // dQ = dS K · scale, dK = dSᵀ Q · scale, dV = Pᵀ dO; 16 columns at a time through S.
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> ds;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> ds_t, p_t;
+  wmma::load_matrix_sync(ds, dS, kMmaRows);
+  wmma::load_matrix_sync(ds_t, dS, kMmaRows);
+  wmma::load_matrix_sync(p_t, P, kMmaRows);
+  Tile acc;
+  auto emit = [&](T* dst, int64_t dst_base, int64_t dst_row, int n0, float factor) {
+    __syncwarp();  // the previous block's readers are done with S
+    wmma::store_matrix_sync(S, acc, kMmaRows, wmma::mem_row_major);
+    __syncwarp();
+    StoreMmaTile(dst, S, dst_base, dst_row, n0, length, d, lane, factor);
+  };
+  for (int n0 = 0; n0 < dp; n0 += 16) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+    wmma::load_matrix_sync(b, K + n0, ldt);
+    wmma::fill_fragment(acc, 0.f);
+    wmma::mma_sync(acc, ds, b, acc);
+    emit(dq, in_base, stride, n0, scale);
+    wmma::load_matrix_sync(b, Q + n0, ldt);
+    wmma::fill_fragment(acc, 0.f);
+    wmma::mma_sync(acc, ds_t, b, acc);
+    emit(dk, in_base, stride, n0, scale);
+    wmma::load_matrix_sync(b, dO + n0, ldt);
+    wmma::fill_fragment(acc, 0.f);
+    wmma::mma_sync(acc, p_t, b, acc);
+    emit(dv, in_base, stride, n0, 1.f);
+  }
+#endif
+}
+
 // out[b, j, i] = in[b, i, j] (+ add[b, j, i]): 32 × 32 tiles through shared memory, so that
 // both the reads and the writes are row-contiguous.
 constexpr int kTile = 32, kTileRows = 8;
@@ -680,9 +914,19 @@ bool WarpAttentionFits(int d, int64_t stride, std::initializer_list<const void*>
 
 // Up to kWarpAttentionMaxWarps warps per block within the default 48 KB of shared memory (no
 // attribute to set, inside a CUDA graph's capture too), at least one.
-int WarpsPerBlock(int floats_per_warp) {
-  const int fit = static_cast<int>(48 * 1024 / (sizeof(float) * floats_per_warp));
+int WarpsPerBlock(size_t bytes_per_warp) {
+  const int fit = static_cast<int>(48 * 1024 / bytes_per_warp);
   return std::max(1, std::min(kWarpAttentionMaxWarps, fit));
+}
+
+// The tensor-core kernels' bf16 fragments need compute capability 8.0 (A100, H100/H200).
+bool TensorCoresForAttention() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return false;
+  }
+  return major >= 8;
 }
 
 unsigned WarpBlocks(int64_t pairs, int warps) {
@@ -770,11 +1014,25 @@ int ShortAttentionForward(DType dtype, const void* q, const void* k, const void*
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (L <= kMmaRows && TensorCoresForAttention() &&
+          WarpAttentionFits<T>(D, stride, {q, k, v, out})) {
+        const size_t per_warp = MmaWarpBytes(D, 3, 1);
+        const int warps = WarpsPerBlock(per_warp);
+        const size_t bytes = per_warp * warps;
+        if (int e = AllowSharedMemory(MmaAttentionForwardKernel<T>, bytes)) return e;
+        MmaAttentionForwardKernel<T>
+            <<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
+                static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), L, D, stride, scale);
+        return static_cast<int>(cudaGetLastError());
+      }
+    }
     if (WarpAttentionFits<T>(D, stride, {q, k, v, out})) {
       const auto shape = MakeWarpAttentionShape(L, D);
-      const int per_warp = WarpAttentionFloats(shape, 3, 1);
+      const size_t per_warp = sizeof(float) * WarpAttentionFloats(shape, 3, 1);
       const int warps = WarpsPerBlock(per_warp);
-      const size_t bytes = sizeof(float) * per_warp * warps;
+      const size_t bytes = per_warp * warps;
       return WithColumns(shape, [&](auto cols) {
         auto kernel = WarpAttentionForwardKernel<T, decltype(cols)::value>;
         if (int e = AllowSharedMemory(kernel, bytes)) return e;
@@ -803,11 +1061,26 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (L <= kMmaRows && TensorCoresForAttention() &&
+          WarpAttentionFits<T>(D, stride, {dout, q, k, v, dq, dk, dv})) {
+        const size_t per_warp = MmaWarpBytes(D, 4, 2);
+        const int warps = WarpsPerBlock(per_warp);
+        const size_t bytes = per_warp * warps;
+        if (int e = AllowSharedMemory(MmaAttentionBackwardKernel<T>, bytes)) return e;
+        MmaAttentionBackwardKernel<T>
+            <<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
+                static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+                static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
+                static_cast<T*>(dv), n * heads, static_cast<int>(heads), L, D, stride, scale);
+        return static_cast<int>(cudaGetLastError());
+      }
+    }
     if (WarpAttentionFits<T>(D, stride, {dout, q, k, v, dq, dk, dv})) {
       const auto shape = MakeWarpAttentionShape(L, D);
-      const int per_warp = WarpAttentionFloats(shape, 4, 2);
+      const size_t per_warp = sizeof(float) * WarpAttentionFloats(shape, 4, 2);
       const int warps = WarpsPerBlock(per_warp);
-      const size_t bytes = sizeof(float) * per_warp * warps;
+      const size_t bytes = per_warp * warps;
       return WithColumns(shape, [&](auto cols) {
         auto kernel = WarpAttentionBackwardKernel<T, decltype(cols)::value>;
         if (int e = AllowSharedMemory(kernel, bytes)) return e;
