@@ -50,10 +50,11 @@ torch::Tensor Geglu(const torch::Tensor& h);
 // ready for the output projection; its gradient comes back as one [N, L, 3 · heads·d] tensor
 // (no gradient sums for the shared input, no copies of the thirds). For the motion modules'
 // attention over frames, where LibTorch's attention kernels (tiled for long sequences) spend
-// ~3 ms per call on 16 × 16 scores: one warp per (sequence, head), everything in shared memory,
-// no transposes. ShortAttentionApplies says when the kernel serves for an input x [N, L, ·]
-// projected to `inner` = heads·d (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256,
-// fp32/bf16/fp16). FusedShortAttention: the same on separate q, k, v (concatenated first).
+// ~3 ms per call on 16 × 16 scores: one warp per (sequence, head), everything in shared memory
+// (16 × 16 tiles on tensor cores for bf16/fp16 up to 16 frames), no transposes.
+// ShortAttentionApplies says when the kernel serves for an input x [N, L, ·] projected to
+// `inner` = heads·d (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256, fp32/bf16/fp16).
+// FusedShortAttention: the same on separate q, k, v (concatenated first).
 bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads);
 torch::Tensor FusedShortSelfAttention(const torch::Tensor& qkv, int64_t heads);
 torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k,

@@ -34,8 +34,9 @@ int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_
 
 // Self-attention over short sequences (length ≤ kShortAttentionMaxLength, e.g. the motion
 // modules' 16 frames), everything in shared memory: one warp per (sequence, head) where the head
-// dimension and `stride` are divisible by 4 (and the pointers aligned to 4 elements), one block
-// per (sequence, head) otherwise. q, k, v are [n, length, ·] with rows `stride` elements apart
+// dimension and `stride` are divisible by 4 (and the pointers aligned to 4 elements) — on tensor
+// cores for bf16/fp16 and length ≤ 16 on compute capability ≥ 8.0 —, one block per (sequence,
+// head) otherwise. q, k, v are [n, length, ·] with rows `stride` elements apart
 // (heads · head_dim when separate, 3 · heads · head_dim when they are the thirds of one
 // projection's output), head h at columns h · head_dim …; out is [n, length, heads · head_dim];
 // lse [n · heads, length] fp32 (each row's log-sum-exp of the scaled scores, for the backward).
