@@ -190,6 +190,66 @@ TEST(FusedAddTransposed, NamesShapesThatDoNotTranspose) {
   }
 }
 
+// The motion modules' norm: LayerNorm, then the position table added to each sequence's rows.
+TEST(FusedLayerNorm, ValuesAndGradientsAreTheComposition) {
+  torch::manual_seed(5);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  for (const bool with_table : {false, true}) {
+    auto x = (torch::randn({3, 4, 12}, opts) * 2 - 0.7).requires_grad_();
+    auto w = torch::randn({12}, opts).requires_grad_();
+    auto b = torch::randn({12}, opts).requires_grad_();
+    auto table = torch::randn({4, 12}, opts).requires_grad_();
+    auto dy = torch::randn({3, 4, 12}, opts);
+    auto ref = torch::layer_norm(x, {12}, w, b, 1e-5);
+    if (with_table) ref = ref + table;
+    std::vector<torch::Tensor> inputs = {x, w, b};
+    if (with_table) inputs.push_back(table);
+    auto ref_grads = torch::autograd::grad({ref}, inputs, {dy});
+    auto out = FusedLayerNorm(x, w, b, 1e-5, with_table ? table : torch::Tensor());
+    auto grads = torch::autograd::grad({out}, inputs, {dy});
+    EXPECT_LT(MaxRelative(out, ref), 1e-12) << with_table;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_LT(MaxRelative(grads[i], ref_grads[i]), 1e-10) << "input " << i << " " << with_table;
+    }
+  }
+}
+
+TEST(FusedLayerNorm, WithoutAffineAndInFloat32) {
+  torch::manual_seed(6);
+  auto x = (torch::randn({5, 40}) * 4 + 3).requires_grad_();
+  auto dy = torch::randn({5, 40});
+  auto ref = torch::layer_norm(x, {40}, {}, {}, 1e-6);
+  auto ref_dx = torch::autograd::grad({ref}, {x}, {dy})[0];
+  auto out = FusedLayerNorm(x, {}, {}, 1e-6);
+  auto dx = torch::autograd::grad({out}, {x}, {dy})[0];
+  EXPECT_LT(MaxRelative(out, ref), 1e-6);
+  EXPECT_LT(MaxRelative(dx, ref_dx), 1e-5);
+  // Statistics per row: mean and 1/σ.
+  auto r = fused_reference::LayerNormForward(torch::tensor({1.0f, 3.0f, 5.0f, 7.0f}).view({1, 4}),
+                                             {}, {}, 0.0);
+  EXPECT_NEAR(r.mean[0].item<double>(), 4.0, 1e-6);
+  EXPECT_NEAR(r.rstd[0].item<double>(), 1 / std::sqrt(5.0), 1e-6);
+}
+
+TEST(FusedLayerNorm, NamesTablesThatDoNotFitTheRows) {
+  auto x = torch::randn({2, 5, 8});
+  try {
+    FusedLayerNorm(x, {}, {}, 1e-5, torch::randn({3, 8}));
+    FAIL() << "a 3-row table over 10 rows accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be [P, 8] with P dividing the 10 rows"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    FusedLayerNorm(x, torch::ones({6}), {}, 1e-5);
+    FAIL() << "a 6-element weight over 8 channels accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight has 6 elements for 8 channels"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
   // The switch only matters for CUDA tensors: on the CPU the layers run the plain operations.
   auto x = torch::randn({2, 8, 3, 3});
@@ -207,6 +267,10 @@ TEST(FusedOps, CpuTensorsTakeLibTorchsComposition) {
   EXPECT_TRUE(torch::equal(TransposeTokens(t), t.transpose(1, 2).contiguous()));
   auto y = torch::randn({2, 4, 3});
   EXPECT_TRUE(torch::equal(AddTransposed(t, y), t + y.transpose(1, 2)));
+  auto tokens = torch::randn({3, 4, 6});
+  auto w = torch::randn({6}), table = torch::randn({4, 6});
+  EXPECT_TRUE(torch::equal(LayerNorm(tokens, w, {}, 1e-5, table),
+                           torch::layer_norm(tokens, {6}, w, {}, 1e-5) + table));
 }
 
 }  // namespace

@@ -267,6 +267,100 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
   }
 };
 
+#ifdef ADCTL_FUSED_CUDA
+// The kernels read 16 bytes at a time from 16-byte aligned rows: a view that starts elsewhere is
+// copied first.
+torch::Tensor Aligned(const torch::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+}
+#endif
+
+// LayerNorm over the last dimension (+ add [P, C], row r of x as [rows, C] taking add's row
+// r mod P). weight and bias are [C] in any float type (the motion modules' fp32 parameters are
+// read as they are, and their gradients come back in fp32); add is x-shaped-periodic or empty.
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& add, double eps) {
+    auto x = input.contiguous();
+    const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
+    torch::Tensor y, mean, rstd;
+    if (UseKernel(x)) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(x.device());
+      x = Aligned(x);
+      const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
+      const auto a = add.numel() > 0 ? Aligned(add.to(x.scalar_type()).contiguous()) : add;
+      y = torch::empty_like(x);
+      mean = torch::empty({rows}, x.options().dtype(torch::kFloat));
+      rstd = torch::empty_like(mean);
+      Check(fused_cuda::LayerNormForward(
+                KernelType(x), x.data_ptr(), w.data_ptr(), b.data_ptr(),
+                a.numel() > 0 ? a.data_ptr() : nullptr, a.numel() > 0 ? a.size(0) : 1, y.data_ptr(),
+                mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, c, static_cast<float>(eps),
+                c10::cuda::getCurrentCUDAStream().stream()),
+            "LayerNorm forward kernel");
+#endif
+    } else {
+      auto r = fused_reference::LayerNormForward(x, weight, bias, eps, add);
+      y = r.y;
+      mean = r.mean;
+      rstd = r.rstd;
+    }
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
+    ctx->saved_data["add_grad"] = add.requires_grad();
+    ctx->saved_data["period"] = add.numel() > 0 ? add.size(0) : int64_t{1};
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3],
+               &rstd = saved[4];
+    const auto dy = grads[0].contiguous();
+    const bool weight_grad = weight.requires_grad(), bias_grad = bias.requires_grad();
+    const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
+    torch::Tensor dx, dweight, dbias, dadd;
+    if (UseKernel(x)) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(x.device());
+      const auto w = KernelParam(weight, x);
+      const auto d = Aligned(dy.to(x.scalar_type()).contiguous());
+      dx = torch::empty_like(x);
+      torch::Tensor partial;
+      if (weight_grad || bias_grad) {
+        partial = torch::empty({fused_cuda::LayerNormPartialBlocks(rows), 2, c},
+                               x.options().dtype(torch::kFloat));
+      }
+      Check(fused_cuda::LayerNormBackward(KernelType(x), d.data_ptr(), x.data_ptr(),
+                                          mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                          w.data_ptr(), dx.data_ptr(),
+                                          partial.defined() ? partial.data_ptr<float>() : nullptr,
+                                          rows, c, c10::cuda::getCurrentCUDAStream().stream()),
+            "LayerNorm backward kernel");
+      if (partial.defined()) {
+        const auto sums = partial.sum(0);
+        if (weight_grad) dweight = sums[0].to(weight.scalar_type());
+        if (bias_grad) dbias = sums[1].to(bias.scalar_type());
+      }
+#endif
+    } else {
+      dx = fused_reference::LayerNormBackward(dy, x, mean, rstd, weight);
+      if (weight_grad || bias_grad) {
+        auto [dw, db] = fused_reference::LayerNormAffineBackward(dy, x, mean, rstd);
+        if (weight_grad) dweight = dw.to(weight.scalar_type());
+        if (bias_grad) dbias = db.to(bias.scalar_type());
+      }
+    }
+    if (ctx->saved_data["add_grad"].toBool()) {
+      const int64_t period = ctx->saved_data["period"].toInt();
+      dadd = dy.reshape({-1, period, c}).sum(0);
+    }
+    return {dx, dweight, dbias, dadd, torch::Tensor()};
+  }
+};
+
 // in [B, R, S] → [B, S, R] (+ add, [B, S, R]): the tiled kernel on CUDA tensors, LibTorch's
 // copy of the transposed view otherwise.
 torch::Tensor Transposed(const torch::Tensor& in, const torch::Tensor& add) {
@@ -375,6 +469,42 @@ torch::Tensor FusedGeglu(const torch::Tensor& h) {
   TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "GEGLU: the last dimension (", h.size(-1),
               ") must be even");
   return GegluFunction::apply(h);
+}
+
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps, const torch::Tensor& add) {
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "LayerNorm: x needs a last dimension, got ",
+              x.sizes());
+  const int64_t c = x.size(-1), rows = x.numel() / c;
+  TORCH_CHECK(!weight.defined() || weight.numel() == c, "LayerNorm: weight has ",
+              weight.defined() ? weight.numel() : 0, " elements for ", c, " channels");
+  TORCH_CHECK(!bias.defined() || bias.numel() == c, "LayerNorm: bias has ",
+              bias.defined() ? bias.numel() : 0, " elements for ", c, " channels");
+  const auto o = x.options().requires_grad(false);
+  torch::Tensor table = torch::empty({0}, o);
+  if (add.defined()) {
+    TORCH_CHECK(add.numel() > 0 && add.size(-1) == c && rows % (add.numel() / c) == 0,
+                "LayerNorm: the added table ", add.sizes(), " must be [P, ", c,
+                "] with P dividing the ", rows, " rows");
+    table = add.reshape({-1, c});
+  }
+  return LayerNormFunction::apply(x, weight.defined() ? weight : torch::ones({c}, o),
+                                  bias.defined() ? bias : torch::zeros({c}, o), table, eps);
+}
+
+torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& bias, double eps, const torch::Tensor& add) {
+#ifdef ADCTL_FUSED_CUDA
+  if (FusedKernelsEnabled() && UseKernel(x) && x.dim() >= 1 &&
+      fused_cuda::LayerNormFits(KernelType(x), x.size(-1))) {
+    return FusedLayerNorm(x, weight, bias, eps, add);
+  }
+#endif
+  const auto as = [&x](const torch::Tensor& p) { return p.defined() ? p.to(x.scalar_type()) : p; };
+  auto y = torch::layer_norm(x, {x.size(-1)}, as(weight), as(bias), eps);
+  if (!add.defined()) return y;
+  const int64_t c = x.size(-1);
+  return (y.reshape({-1, add.numel() / c, c}) + as(add).reshape({-1, c})).view(x.sizes());
 }
 
 bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads) {
@@ -519,6 +649,49 @@ std::vector<torch::Tensor> ShortAttentionBackward(const torch::Tensor& dout, con
   auto dk = torch::matmul(ds.transpose(-1, -2), qh) * scale;
   const auto out_type = q.scalar_type();
   return {Tokens(dq).to(out_type), Tokens(dk).to(out_type), Tokens(dv).to(out_type)};
+}
+
+LayerNormResult LayerNormForward(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias, double eps, const torch::Tensor& add) {
+  const auto type = ComputeType(x);
+  const int64_t c = x.size(-1);
+  auto xr = x.to(type).reshape({-1, c});
+  auto mean = xr.mean(-1);
+  auto rstd = ((xr - mean.unsqueeze(-1)).pow(2).mean(-1) + eps).rsqrt();
+  auto z = (xr - mean.unsqueeze(-1)) * rstd.unsqueeze(-1);
+  if (weight.defined()) z = z * weight.to(type);
+  if (bias.defined()) z = z + bias.to(type);
+  if (add.defined() && add.numel() > 0) {
+    const auto table = add.to(type).reshape({-1, c});
+    z = (z.view({-1, table.size(0), c}) + table).view({-1, c});
+  }
+  return {z.view(x.sizes()).to(x.scalar_type()), mean, rstd};
+}
+
+torch::Tensor LayerNormBackward(const torch::Tensor& dy, const torch::Tensor& x,
+                                const torch::Tensor& mean, const torch::Tensor& rstd,
+                                const torch::Tensor& weight) {
+  const auto type = ComputeType(x);
+  const int64_t c = x.size(-1);
+  auto xhat =
+      (x.to(type).reshape({-1, c}) - mean.to(type).unsqueeze(-1)) * rstd.to(type).unsqueeze(-1);
+  auto g = dy.to(type).reshape({-1, c});
+  if (weight.defined()) g = g * weight.to(type);
+  auto dx = rstd.to(type).unsqueeze(-1) *
+            (g - g.mean(-1, /*keepdim=*/true) - xhat * (g * xhat).mean(-1, /*keepdim=*/true));
+  return dx.view(x.sizes()).to(x.scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> LayerNormAffineBackward(const torch::Tensor& dy,
+                                                                const torch::Tensor& x,
+                                                                const torch::Tensor& mean,
+                                                                const torch::Tensor& rstd) {
+  const auto type = ComputeType(x);
+  const int64_t c = x.size(-1);
+  auto xhat =
+      (x.to(type).reshape({-1, c}) - mean.to(type).unsqueeze(-1)) * rstd.to(type).unsqueeze(-1);
+  auto g = dy.to(type).reshape({-1, c});
+  return {(g * xhat).sum(0), g.sum(0)};
 }
 
 }  // namespace fused_reference

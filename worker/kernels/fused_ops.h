@@ -8,9 +8,9 @@
 //   - the same math in LibTorch operations (namespace fused_reference), which the CPU tests
 //     compare with autograd's gradient of the composition, and the GPU tests compare the kernels
 //     with (tests/gpu/fused_ops_gpu_test.cc).
-// The layers call GroupNormSilu / GroupNormPlain / Geglu / TransposeTokens / AddTransposed (and
-// FusedShortAttention where ShortAttentionApplies): the fused kernels for CUDA tensors while
-// SetFusedKernels(true) (train.fused_kernels), LibTorch's composition otherwise.
+// The layers call GroupNormSilu / GroupNormPlain / LayerNorm / Geglu / TransposeTokens /
+// AddTransposed (and FusedShortAttention where ShortAttentionApplies): the fused kernels for CUDA
+// tensors while SetFusedKernels(true) (train.fused_kernels), LibTorch's composition otherwise.
 #pragma once
 
 #include <torch/torch.h>
@@ -40,6 +40,16 @@ torch::Tensor TransposeTokens(const torch::Tensor& x);
 // x + yᵀ for x [B, R, S], y [B, S, R]: the way back from tokens with the residual added in the
 // same pass. Result [B, R, S], contiguous, x's dtype.
 torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y);
+
+// LayerNorm over the last dimension with [C] weight and bias (either may be undefined, in any
+// float type), + `add` where given: add is [P, C] (or [1, P, C]) and row r of x, seen as
+// [rows, C], gets add's row r mod P — the motion modules' sinusoidal positions on [N, F, C]
+// tokens (P = F), added in the same pass (diffusers adds them after the norm). One warp per row
+// on CUDA (LayerNorm's own kernels spend a block on a row and run far below the memory rate on
+// the UNet's 320 … 1280 channels); the backward gives γ and β their gradients in the same pass
+// when they train.
+torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
 
 // a · GELU(g) for h = [a, g] split in halves along the last dimension (diffusers' GEGLU after
 // its projection).
@@ -71,6 +81,8 @@ torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
 torch::Tensor FusedTranspose(const torch::Tensor& x);
 torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor FusedGeglu(const torch::Tensor& h);
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
 
 namespace fused_reference {
 
@@ -94,6 +106,23 @@ std::pair<torch::Tensor, torch::Tensor> GroupNormSiluAffineBackward(
     const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& mean,
     const torch::Tensor& rstd, const torch::Tensor& weight, const torch::Tensor& bias,
     int64_t groups, bool silu = true);
+
+// LayerNorm over the last dimension (+ add, [P, C] periodic over the rows, or undefined / empty);
+// mean and rstd are [rows] in the compute type.
+struct LayerNormResult {
+  torch::Tensor y, mean, rstd;
+};
+LayerNormResult LayerNormForward(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias, double eps,
+                                 const torch::Tensor& add = {});
+torch::Tensor LayerNormBackward(const torch::Tensor& dy, const torch::Tensor& x,
+                                const torch::Tensor& mean, const torch::Tensor& rstd,
+                                const torch::Tensor& weight);
+// γ's and β's gradients: [Σ dy · x̂, Σ dy] over the rows, in the compute type.
+std::pair<torch::Tensor, torch::Tensor> LayerNormAffineBackward(const torch::Tensor& dy,
+                                                                const torch::Tensor& x,
+                                                                const torch::Tensor& mean,
+                                                                const torch::Tensor& rstd);
 
 torch::Tensor GegluForward(const torch::Tensor& h);
 torch::Tensor GegluBackward(const torch::Tensor& dout, const torch::Tensor& h);

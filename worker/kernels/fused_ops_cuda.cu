@@ -582,8 +582,10 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
 // Rows are padded to 16 with zeros (keys past L masked out of the softmax, queries past L not
 // stored), columns to a multiple of 16 (+ 8 elements of row padding against bank conflicts). P
 // and dS enter the second products in the input's 16-bit type, as in flash attention; the
-// scores, the softmax and every accumulator are fp32. The 16 × 16 fp32 score tile doubles as the
-// staging tile of each output block.
+// scores, the softmax and every accumulator are fp32. The tiles come in by asynchronous copies
+// (cp.async: all of a warp's loads in flight at once), and each output goes back through the
+// shared tile its product has finished reading, in whole rows of kChunk elements (16 bytes where
+// the head dimension and strides allow, else 8).
 constexpr int kMmaRows = 16;
 
 __host__ __device__ inline int MmaRowElements(int d) { return (d + 15) / 16 * 16 + 8; }
@@ -594,53 +596,110 @@ __host__ __device__ inline int MmaWarpBytes(int d, int tiles, int squares) {
   return tiles * kMmaRows * MmaRowElements(d) * 2 + squares * kMmaRows * kMmaRows * (4 + 2);
 }
 
-// Rows 0 … 15 of a (sequence, head) slice into a [16, ldt] tile, zeros past `length` rows and
-// `d` columns.
-template <typename T>
-__device__ void LoadMmaTile(const T* src, T* dst, int64_t base, int64_t stride, int length, int d,
-                            int ldt, int lane) {
-  const int chunks = (ldt - 8) / 4;
-  for (int idx = lane; idx < kMmaRows * chunks; idx += 32) {
-    const int i = idx / chunks, c = idx % chunks * 4;
-    Vec<T, 4> v;
-    if (i < length && c < d) {
-      v = *reinterpret_cast<const Vec<T, 4>*>(src + base + i * stride + c);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v.v[e] = Store<T>(0.f);
-    }
-    *reinterpret_cast<Vec<T, 4>*>(dst + i * ldt + c) = v;
-  }
-}
-
-// Columns n0 … n0 + 15 of an output block from the fp32 staging tile, times `scale`, rows below
-// `length` and columns below `d` only; lane (i, half) writes row i's 8 columns half · 8 ….
-template <typename T>
-__device__ void StoreMmaTile(T* dst, const float* tile, int64_t base, int64_t row, int n0,
-                             int length, int d, int lane, float scale) {
-  const int i = lane / 2, first = (lane % 2) * 8;
-  if (i >= length) return;
-#pragma unroll
-  for (int g = 0; g < 8; g += 4) {
-    const int c = n0 + first + g;
-    if (c >= d) break;
-    const float* s = tile + i * kMmaRows + first + g;
-    StoreRow4(dst + base + i * row + c,
-              make_float4(s[0] * scale, s[1] * scale, s[2] * scale, s[3] * scale));
-  }
-}
-
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define ADCTL_MMA_ATTENTION 1
 #endif
 
+// kBytes (8 or 16) from global to shared memory without passing through registers; zeros where
+// !valid (the copy reads nothing then). Completed by WaitCopies.
+template <int kBytes>
+__device__ __forceinline__ void CopyAsync(void* dst, const void* src, bool valid) {
+#ifdef ADCTL_MMA_ATTENTION
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(src), "n"(kBytes),
+                 "r"(n));
+  }
+#endif
+}
+
+__device__ __forceinline__ void WaitCopies() {
+#ifdef ADCTL_MMA_ATTENTION
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Rows 0 … 15 of a (sequence, head) slice into a [16, ldt] tile, zeros past `length` rows and
+// `d` columns (d a multiple of kChunk).
+template <typename T, int kChunk>
+__device__ void LoadMmaTile(const T* src, T* dst, int64_t base, int64_t stride, int length, int d,
+                            int ldt, int lane) {
+  const int chunks = (ldt - 8) / kChunk;
+  for (int idx = lane; idx < kMmaRows * chunks; idx += 32) {
+    const int i = idx / chunks, c = idx % chunks * kChunk;
+    const bool valid = i < length && c < d;
+    CopyAsync<kChunk * sizeof(T)>(dst + i * ldt + c, valid ? src + base + i * stride + c : src,
+                                  valid);
+  }
+}
+
+// The first `length` rows and `d` columns of a [16, ldt] tile to global rows `row` elements
+// apart, kChunk elements a store.
+template <typename T, int kChunk>
+__device__ void StoreMmaTile(const T* tile, T* dst, int64_t base, int64_t row, int length, int d,
+                             int ldt, int lane) {
+  const int chunks = d / kChunk;
+  for (int idx = lane; idx < length * chunks; idx += 32) {
+    const int i = idx / chunks, c = idx % chunks * kChunk;
+    *reinterpret_cast<Vec<T, kChunk>*>(dst + base + i * row + c) =
+        *reinterpret_cast<const Vec<T, kChunk>*>(tile + i * ldt + c);
+  }
+}
+
+// Where a warp's (sequence, head) pair lives: q, k, v rows `stride` apart from in_base, out and
+// dout rows `row` (= heads · d) apart from base.
+struct PairRows {
+  int64_t base, in_base, row;
+};
+
+__device__ __forceinline__ PairRows RowsOf(int64_t pair, int heads, int length, int d,
+                                           int64_t stride) {
+  const int64_t n = pair / heads, h = pair % heads;
+  const int64_t row = static_cast<int64_t>(heads) * d;
+  return {n * length * row + h * d, n * length * stride + h * d, row};
+}
+
+#ifdef ADCTL_MMA_ATTENTION
+using MmaAccumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+// acc · scale into columns n0 … n0 + 15 of a [16, ldt] 16-bit tile through the fp32 square
+// `stage`; the caller's previous use of `stage` must be a synced warp ago.
 template <typename T>
+__device__ void StageMmaBlock(const MmaAccumulator& acc, float* stage, T* tile, int ldt, int n0,
+                              int lane, float scale) {
+  nvcuda::wmma::store_matrix_sync(stage, acc, kMmaRows, nvcuda::wmma::mem_row_major);
+  __syncwarp();
+  const int i = lane / 2, first = (lane % 2) * 8;
+  Vec<T, 8> v;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) v.v[t] = Store<T>(stage[i * kMmaRows + first + t] * scale);
+  *reinterpret_cast<Vec<T, 8>*>(tile + i * ldt + n0 + first) = v;
+}
+
+// acc = A Bᵀ over the padded head dimension, A and B [16, ldt] row-major tiles.
+template <typename T>
+__device__ void MmaScores(MmaAccumulator& acc, const T* a_tile, const T* b_tile, int ldt) {
+  using namespace nvcuda;
+  wmma::fill_fragment(acc, 0.f);
+  for (int k0 = 0; k0 < ldt - 8; k0 += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;  // Bᵀ
+    wmma::load_matrix_sync(a, a_tile + k0, ldt);
+    wmma::load_matrix_sync(b, b_tile + k0, ldt);
+    wmma::mma_sync(acc, a, b, acc);
+  }
+}
+#endif
+
+template <typename T, int kChunk>
 __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     MmaAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, int64_t pairs,
                               int heads, int length, int d, int64_t stride, float scale) {
 #ifdef ADCTL_MMA_ATTENTION
   using namespace nvcuda;
-  using Tile = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
   extern __shared__ float4 smem4[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
@@ -651,25 +710,15 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   T* V = K + kMmaRows * ldt;
   float* S = reinterpret_cast<float*>(V + kMmaRows * ldt);
   T* P = reinterpret_cast<T*>(S + kMmaRows * kMmaRows);
-  const int64_t n = pair / heads;
-  const int h = static_cast<int>(pair % heads);
-  const int64_t row = static_cast<int64_t>(heads) * d;  // out's; q, k, v's is `stride`
-  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
-  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
-  LoadMmaTile(q, Q, in_base, stride, length, d, ldt, lane);
-  LoadMmaTile(k, K, in_base, stride, length, d, ldt, lane);
-  LoadMmaTile(v, V, in_base, stride, length, d, ldt, lane);
+  const PairRows at = RowsOf(pair, heads, length, d, stride);
+  LoadMmaTile<T, kChunk>(q, Q, at.in_base, stride, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(k, K, at.in_base, stride, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(v, V, at.in_base, stride, length, d, ldt, lane);
+  WaitCopies();
   __syncwarp();
 
-  Tile acc;
-  wmma::fill_fragment(acc, 0.f);
-  for (int k0 = 0; k0 < dp; k0 += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;  // Kᵀ
-    wmma::load_matrix_sync(a, Q + k0, ldt);
-    wmma::load_matrix_sync(b, K + k0, ldt);
-    wmma::mma_sync(acc, a, b, acc);
-  }
+  MmaAccumulator acc;
+  MmaScores(acc, Q, K, ldt);
   wmma::store_matrix_sync(S, acc, kMmaRows, wmma::mem_row_major);
   __syncwarp();
 
@@ -695,6 +744,7 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   if (first == 0 && i < length) lse[pair * length + i] = m + logf(sum);
   __syncwarp();
 
+  // out = P V, 16 columns at a time into Q's tile (free since the scores).
   wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p;
   wmma::load_matrix_sync(p, P, kMmaRows);
   for (int n0 = 0; n0 < dp; n0 += 16) {
@@ -703,21 +753,20 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     wmma::fill_fragment(acc, 0.f);
     wmma::mma_sync(acc, p, b, acc);
     __syncwarp();  // the previous block's readers are done with S
-    wmma::store_matrix_sync(S, acc, kMmaRows, wmma::mem_row_major);
-    __syncwarp();
-    StoreMmaTile(out, S, base, row, n0, length, d, lane, 1.f);
+    StageMmaBlock(acc, S, Q, ldt, n0, lane, 1.f);
   }
+  __syncwarp();
+  StoreMmaTile<T, kChunk>(Q, out, at.base, at.row, length, d, ldt, lane);
 #endif
 }
 
-template <typename T>
+template <typename T, int kChunk>
 __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     MmaAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                T* dq, T* dk, T* dv, int64_t pairs, int heads, int length, int d,
                                int64_t stride, float scale) {
 #ifdef ADCTL_MMA_ATTENTION
   using namespace nvcuda;
-  using Tile = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
   extern __shared__ float4 smem4[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
@@ -731,38 +780,25 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   float* dP = S + kMmaRows * kMmaRows;
   T* P = reinterpret_cast<T*>(dP + kMmaRows * kMmaRows);
   T* dS = P + kMmaRows * kMmaRows;
-  const int64_t n = pair / heads;
-  const int h = static_cast<int>(pair % heads);
-  const int64_t row = static_cast<int64_t>(heads) * d;  // dout's; q, k, v's is `stride`
-  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
-  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
-  LoadMmaTile(q, Q, in_base, stride, length, d, ldt, lane);
-  LoadMmaTile(k, K, in_base, stride, length, d, ldt, lane);
-  LoadMmaTile(v, V, in_base, stride, length, d, ldt, lane);
-  LoadMmaTile(dout, dO, base, row, length, d, ldt, lane);
+  const PairRows at = RowsOf(pair, heads, length, d, stride);
+  LoadMmaTile<T, kChunk>(q, Q, at.in_base, stride, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(k, K, at.in_base, stride, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(v, V, at.in_base, stride, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(dout, dO, at.base, at.row, length, d, ldt, lane);
+  const int i = lane / 2, first = (lane % 2) * 8;
+  const float row_lse = i < length ? lse[pair * length + i] : 0.f;
+  WaitCopies();
   __syncwarp();
 
   // S = Q Kᵀ and dP = dO Vᵀ.
-  Tile s_acc, dp_acc;
-  wmma::fill_fragment(s_acc, 0.f);
-  wmma::fill_fragment(dp_acc, 0.f);
-  for (int k0 = 0; k0 < dp; k0 += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-    wmma::load_matrix_sync(a, Q + k0, ldt);
-    wmma::load_matrix_sync(b, K + k0, ldt);
-    wmma::mma_sync(s_acc, a, b, s_acc);
-    wmma::load_matrix_sync(a, dO + k0, ldt);
-    wmma::load_matrix_sync(b, V + k0, ldt);
-    wmma::mma_sync(dp_acc, a, b, dp_acc);
-  }
+  MmaAccumulator s_acc, dp_acc;
+  MmaScores(s_acc, Q, K, ldt);
+  MmaScores(dp_acc, dO, V, ldt);
   wmma::store_matrix_sync(S, s_acc, kMmaRows, wmma::mem_row_major);
   wmma::store_matrix_sync(dP, dp_acc, kMmaRows, wmma::mem_row_major);
   __syncwarp();
 
   // P from the saved log-sum-exp, D_i = Σ_j P_ij dP_ij, dS = P (dP − D); zero outside L × L.
-  const int i = lane / 2, first = (lane % 2) * 8;
-  const float row_lse = i < length ? lse[pair * length + i] : 0.f;
   float p[8], g[8], partial = 0.f;
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
@@ -779,35 +815,183 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   }
   __syncwarp();
 
-  // dQ = dS K · scale, dK = dSᵀ Q · scale, dV = Pᵀ dO; 16 columns at a time through S.
+  // dQ = dS K · scale, dK = dSᵀ Q · scale, dV = Pᵀ dO, 16 columns at a time, each into the tile
+  // its product has just read (dQ over K, dK over Q, dV over dO), staged through S and dP in
+  // turn: a stage's store to a square follows the other square's sync.
   wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> ds;
   wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> ds_t, p_t;
   wmma::load_matrix_sync(ds, dS, kMmaRows);
   wmma::load_matrix_sync(ds_t, dS, kMmaRows);
   wmma::load_matrix_sync(p_t, P, kMmaRows);
-  Tile acc;
-  auto emit = [&](T* dst, int64_t dst_base, int64_t dst_row, int n0, float factor) {
-    __syncwarp();  // the previous block's readers are done with S
-    wmma::store_matrix_sync(S, acc, kMmaRows, wmma::mem_row_major);
-    __syncwarp();
-    StoreMmaTile(dst, S, dst_base, dst_row, n0, length, d, lane, factor);
+  MmaAccumulator acc;
+  float* stage[2] = {S, dP};
+  int turn = 0;
+  auto product = [&](const auto& a, T* tile, int n0, float factor) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+    wmma::load_matrix_sync(b, tile + n0, ldt);
+    wmma::fill_fragment(acc, 0.f);
+    wmma::mma_sync(acc, a, b, acc);
+    StageMmaBlock(acc, stage[turn], tile, ldt, n0, lane, factor);
+    turn ^= 1;
   };
   for (int n0 = 0; n0 < dp; n0 += 16) {
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-    wmma::load_matrix_sync(b, K + n0, ldt);
-    wmma::fill_fragment(acc, 0.f);
-    wmma::mma_sync(acc, ds, b, acc);
-    emit(dq, in_base, stride, n0, scale);
-    wmma::load_matrix_sync(b, Q + n0, ldt);
-    wmma::fill_fragment(acc, 0.f);
-    wmma::mma_sync(acc, ds_t, b, acc);
-    emit(dk, in_base, stride, n0, scale);
-    wmma::load_matrix_sync(b, dO + n0, ldt);
-    wmma::fill_fragment(acc, 0.f);
-    wmma::mma_sync(acc, p_t, b, acc);
-    emit(dv, in_base, stride, n0, 1.f);
+    product(ds, K, n0, scale);
+    product(ds_t, Q, n0, scale);
+    product(p_t, dO, n0, 1.f);
   }
+  __syncwarp();
+  StoreMmaTile<T, kChunk>(K, dq, at.in_base, stride, length, d, ldt, lane);
+  StoreMmaTile<T, kChunk>(Q, dk, at.in_base, stride, length, d, ldt, lane);
+  StoreMmaTile<T, kChunk>(dO, dv, at.in_base, stride, length, d, ldt, lane);
 #endif
+}
+
+// LayerNorm over rows of c elements, one warp per row: lane l holds the row's vectors
+// it · 32 + l (it < kIters) in fp32 registers, so x is read once (c ≤ 32 · V · kIters). The
+// mean, then the mean squared deviation from the registers (exact two-pass variance). `add`
+// ([period, c], may be null) is added to the output, row r taking add's row r mod period: the
+// motion modules' sinusoidal positions on [N, F, C] tokens, added before the one rounding.
+template <typename T, int V, int kIters>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormForwardKernel(const T* x, const T* gamma, const T* beta, const T* add, int64_t period,
+                           T* y, float* mean_out, float* rstd_out, int64_t rows, int c, float eps) {
+  using VecT = Vec<T, V>;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int vectors = c / V;
+  const VecT* xr = reinterpret_cast<const VecT*>(x + row * c);
+  float v[kIters][V];
+  float sum = 0.f;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = it * 32 + lane;
+    VecT in;
+    if (idx < vectors) in = xr[idx];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      v[it][e] = idx < vectors ? Load(in.v[e]) : 0.f;
+      sum += v[it][e];
+    }
+  }
+  const float mean = WarpSum(sum) / c;
+  float squares = 0.f;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    if (it * 32 + lane >= vectors) break;
+#pragma unroll
+    for (int e = 0; e < V; ++e) squares += (v[it][e] - mean) * (v[it][e] - mean);
+  }
+  const float rstd = rsqrtf(WarpSum(squares) / c + eps);
+  const VecT* ar = add ? reinterpret_cast<const VecT*>(add + row % period * c) : nullptr;
+  VecT* yr = reinterpret_cast<VecT*>(y + row * c);
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = it * 32 + lane;
+    if (idx >= vectors) break;
+    VecT g, b, a, out;
+    if (gamma) g = reinterpret_cast<const VecT*>(gamma)[idx];
+    if (beta) b = reinterpret_cast<const VecT*>(beta)[idx];
+    if (ar) a = ar[idx];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float z = (v[it][e] - mean) * rstd;
+      if (gamma) z *= Load(g.v[e]);
+      if (beta) z += Load(b.v[e]);
+      if (ar) z += Load(a.v[e]);
+      out.v[e] = Store<T>(z);
+    }
+    yr[idx] = out;
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dy · γ, one warp per row (grid-stride).
+// With kAffine, also γ's and β's gradients Σ dy · x̂ and Σ dy over the rows: each lane sums its
+// own columns in registers, the block's warps add theirs in shared memory, and the block writes
+// one partial row pair to partial[blockIdx.x] ([2, c]; the caller sums the blocks').
+// The affine variant's per-lane sums take registers: two blocks a SM (≤ 128 registers a thread)
+// for rows of up to 2 · 32 vectors (the motion modules' 320 bf16 channels), one above.
+template <typename T, int V, int kIters, bool kAffine>
+__global__ void __launch_bounds__(kThreads, kAffine&& kIters > 2 ? 1 : 2)
+    LayerNormBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                            const T* gamma, T* dx, float* partial, int64_t rows, int c) {
+  using VecT = Vec<T, V>;
+  extern __shared__ float4 smem4[];
+  float* sums = reinterpret_cast<float*>(smem4);  // [2, c] with kAffine
+  const int lane = threadIdx.x % 32, warps = kThreads / 32;
+  const int vectors = c / V;
+  constexpr int kAcc = kAffine ? kIters : 1;
+  float acc_g[kAcc][V], acc_b[kAcc][V];
+  if (kAffine) {
+    for (int i = threadIdx.x; i < 2 * c; i += kThreads) sums[i] = 0.f;
+#pragma unroll
+    for (int it = 0; it < kAcc; ++it) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc_g[it][e] = acc_b[it][e] = 0.f;
+    }
+  }
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * warps) {
+    const VecT* xr = reinterpret_cast<const VecT*>(x + row * c);
+    const VecT* dyr = reinterpret_cast<const VecT*>(dy + row * c);
+    const float m = mean[row], r = rstd[row];
+    float xh[kIters][V], g[kIters][V];
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = it * 32 + lane;
+      VecT xv, dv, gv;
+      if (idx < vectors) {
+        xv = xr[idx];
+        dv = dyr[idx];
+        if (gamma) gv = reinterpret_cast<const VecT*>(gamma)[idx];
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const bool in = idx < vectors;
+        const float d = in ? Load(dv.v[e]) : 0.f;
+        xh[it][e] = in ? (Load(xv.v[e]) - m) * r : 0.f;
+        g[it][e] = gamma && in ? d * Load(gv.v[e]) : d;
+        sum_g += g[it][e];
+        sum_gx += g[it][e] * xh[it][e];
+        if constexpr (kAffine) {
+          acc_g[it][e] += d * xh[it][e];
+          acc_b[it][e] += d;
+        }
+      }
+    }
+    const float mean_g = WarpSum(sum_g) / c, mean_gx = WarpSum(sum_gx) / c;
+    VecT* dxr = reinterpret_cast<VecT*>(dx + row * c);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = it * 32 + lane;
+      if (idx >= vectors) break;
+      VecT out;
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        out.v[e] = Store<T>(r * (g[it][e] - mean_g - xh[it][e] * mean_gx));
+      dxr[idx] = out;
+    }
+  }
+  if constexpr (kAffine) {
+    __syncthreads();  // sums zeroed
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = it * 32 + lane;
+      if (idx >= vectors) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        atomicAdd(&sums[idx * V + e], acc_g[it][e]);
+        atomicAdd(&sums[c + idx * V + e], acc_b[it][e]);
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * c; i += kThreads) partial[blockIdx.x * 2 * c + i] = sums[i];
+  }
 }
 
 // out[b, j, i] = in[b, i, j] (+ add[b, j, i]): 32 × 32 tiles through shared memory, so that
@@ -832,6 +1016,45 @@ __global__ void __launch_bounds__(kTile* kTileRows)
       const int64_t o = offset + c * rows + r;
       const float value = tile[threadIdx.x][k];
       out[o] = Store<T>(add ? value + Load(add[o]) : value);
+    }
+  }
+}
+
+// The same with 64 × 64 tiles, each thread moving two adjacent elements a load and a store (rows
+// and cols even, pointers aligned to two elements): twice the bytes in flight a thread, whole
+// 128-byte lines a warp for 16-bit types.
+template <typename T>
+__global__ void __launch_bounds__(kTile* kTileRows)
+    TransposePairsKernel(const T* in, const T* add, T* out, int64_t rows, int64_t cols) {
+  constexpr int kWide = 2 * kTile;
+  __shared__ float tile[kWide][kWide + 1];
+  const int64_t offset = static_cast<int64_t>(blockIdx.z) * rows * cols;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kWide;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kWide;
+  const int pair = 2 * threadIdx.x;
+  for (int k = threadIdx.y; k < kWide; k += kTileRows) {
+    const int64_t r = r0 + k, c = c0 + pair;
+    if (r < rows && c < cols) {
+      const auto v = *reinterpret_cast<const Vec<T, 2>*>(in + offset + r * cols + c);
+      tile[k][pair] = Load(v.v[0]);
+      tile[k][pair + 1] = Load(v.v[1]);
+    }
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < kWide; k += kTileRows) {
+    const int64_t c = c0 + k, r = r0 + pair;
+    if (c < cols && r < rows) {
+      const int64_t o = offset + c * rows + r;
+      float a = tile[pair][k], b = tile[pair + 1][k];
+      if (add) {
+        const auto extra = *reinterpret_cast<const Vec<T, 2>*>(add + o);
+        a += Load(extra.v[0]);
+        b += Load(extra.v[1]);
+      }
+      Vec<T, 2> w;
+      w.v[0] = Store<T>(a);
+      w.v[1] = Store<T>(b);
+      *reinterpret_cast<Vec<T, 2>*>(out + o) = w;
     }
   }
 }
@@ -929,6 +1152,18 @@ bool TensorCoresForAttention() {
   return major >= 8;
 }
 
+// launch(std::integral_constant<int, kChunk>{}): the tensor-core kernels move rows 8 elements
+// (16 bytes) at a time where the head dimension, the stride and every pointer allow, else 4
+// (WarpAttentionFits).
+template <typename Launch>
+int WithMmaChunk(int d, int64_t stride, std::initializer_list<const void*> pointers,
+                 Launch&& launch) {
+  bool wide = d % 8 == 0 && stride % 8 == 0;
+  for (const void* p : pointers) wide = wide && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  if (wide) return launch(std::integral_constant<int, 8>{});
+  return launch(std::integral_constant<int, 4>{});
+}
+
 unsigned WarpBlocks(int64_t pairs, int warps) {
   return static_cast<unsigned>((pairs + warps - 1) / warps);
 }
@@ -941,6 +1176,52 @@ int WithColumns(const WarpAttentionShape& s, Launch&& launch) {
   if (cols <= 2) return launch(std::integral_constant<int, 2>{});
   if (cols <= 8) return launch(std::integral_constant<int, 8>{});
   return launch(std::integral_constant<int, 32>{});
+}
+
+// launch(std::integral_constant<int, kIters>{}) for the register vectors per lane (1 … 4, 6 or
+// 8) that hold a row of `vectors` vectors; cudaErrorInvalidValue above 8 · 32.
+template <typename Launch>
+int WithRowIters(int64_t vectors, Launch&& launch) {
+  switch ((vectors + 31) / 32) {
+    case 1:
+      return launch(std::integral_constant<int, 1>{});
+    case 2:
+      return launch(std::integral_constant<int, 2>{});
+    case 3:
+      return launch(std::integral_constant<int, 3>{});
+    case 4:
+      return launch(std::integral_constant<int, 4>{});
+    case 5:
+    case 6:
+      return launch(std::integral_constant<int, 6>{});
+    case 7:
+    case 8:
+      return launch(std::integral_constant<int, 8>{});
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+// The LayerNorm kernels move 16 bytes a load where c and every pointer allow it, else one
+// element (c ≤ 256 then).
+template <typename T, typename Launch>
+int WithRowVector(int64_t c, std::initializer_list<const void*> pointers, Launch&& launch) {
+  constexpr int kWide = 16 / sizeof(T);
+  if (VectorWidth<T>(c, pointers) == kWide) return launch(std::integral_constant<int, kWide>{});
+  return launch(std::integral_constant<int, 1>{});
+}
+
+int MultiProcessors() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 1;
+  }
+  return std::max(1, count);
+}
+
+unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
 }
 
 }  // namespace
@@ -1020,12 +1301,14 @@ int ShortAttentionForward(DType dtype, const void* q, const void* k, const void*
         const size_t per_warp = MmaWarpBytes(D, 3, 1);
         const int warps = WarpsPerBlock(per_warp);
         const size_t bytes = per_warp * warps;
-        if (int e = AllowSharedMemory(MmaAttentionForwardKernel<T>, bytes)) return e;
-        MmaAttentionForwardKernel<T>
-            <<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
-                static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-                static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), L, D, stride, scale);
-        return static_cast<int>(cudaGetLastError());
+        return WithMmaChunk(D, stride, {q, k, v, out}, [&](auto chunk) {
+          auto kernel = MmaAttentionForwardKernel<T, decltype(chunk)::value>;
+          if (int e = AllowSharedMemory(kernel, bytes)) return e;
+          kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
+              static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+              static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), L, D, stride, scale);
+          return static_cast<int>(cudaGetLastError());
+        });
       }
     }
     if (WarpAttentionFits<T>(D, stride, {q, k, v, out})) {
@@ -1067,13 +1350,15 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
         const size_t per_warp = MmaWarpBytes(D, 4, 2);
         const int warps = WarpsPerBlock(per_warp);
         const size_t bytes = per_warp * warps;
-        if (int e = AllowSharedMemory(MmaAttentionBackwardKernel<T>, bytes)) return e;
-        MmaAttentionBackwardKernel<T>
-            <<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
-                static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
-                static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
-                static_cast<T*>(dv), n * heads, static_cast<int>(heads), L, D, stride, scale);
-        return static_cast<int>(cudaGetLastError());
+        return WithMmaChunk(D, stride, {dout, q, k, v, dq, dk, dv}, [&](auto chunk) {
+          auto kernel = MmaAttentionBackwardKernel<T, decltype(chunk)::value>;
+          if (int e = AllowSharedMemory(kernel, bytes)) return e;
+          kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
+              static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
+              static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
+              static_cast<T*>(dv), n * heads, static_cast<int>(heads), L, D, stride, scale);
+          return static_cast<int>(cudaGetLastError());
+        });
       }
     }
     if (WarpAttentionFits<T>(D, stride, {dout, q, k, v, dq, dk, dv})) {
@@ -1102,6 +1387,78 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
   });
 }
 
+bool LayerNormFits(DType dtype, int64_t c) {
+  int v = dtype == DType::kFloat32 ? 4 : 8;
+  if (c < 1 || c % v != 0) v = 1;
+  return c >= 1 && c <= int64_t{kLayerNormMaxRowVectors} * v;
+}
+
+int64_t LayerNormPartialBlocks(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(RowBlocks(rows), 4 * MultiProcessors()));
+}
+
+int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
+                     const void* add, int64_t period, void* y, float* mean, float* rstd,
+                     int64_t rows, int64_t c, float eps, void* stream) {
+  if (!LayerNormFits(dtype, c) || rows < 0 || (add && period < 1)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  if (rows == 0) return 0;
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return WithRowVector<T>(c, {x, gamma, beta, add, y}, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      return WithRowIters(c / V, [&](auto iters) {
+        LayerNormForwardKernel<T, V, decltype(iters)::value>
+            <<<RowBlocks(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+                static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
+                static_cast<const T*>(add), period, static_cast<T*>(y), mean, rstd, rows,
+                static_cast<int>(c), eps);
+        return static_cast<int>(cudaGetLastError());
+      });
+    });
+  });
+}
+
+int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                      const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
+                      int64_t c, void* stream) {
+  if (!LayerNormFits(dtype, c) || rows < 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (rows == 0) {
+    // No rows: γ's and β's gradients are zero.
+    if (partial) {
+      return static_cast<int>(
+          cudaMemsetAsync(partial, 0, 2 * c * sizeof(float), static_cast<cudaStream_t>(stream)));
+    }
+    return 0;
+  }
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return WithRowVector<T>(c, {dy, x, gamma, dx}, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      return WithRowIters(c / V, [&](auto iters) {
+        constexpr int kIters = decltype(iters)::value;
+        const auto s = static_cast<cudaStream_t>(stream);
+        if (partial) {
+          const size_t bytes = 2 * c * sizeof(float);
+          auto kernel = LayerNormBackwardKernel<T, V, kIters, true>;
+          if (const int error = AllowSharedMemory(kernel, bytes)) return error;
+          kernel<<<static_cast<unsigned>(LayerNormPartialBlocks(rows)), kThreads, bytes, s>>>(
+              static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+              static_cast<const T*>(gamma), static_cast<T*>(dx), partial, rows,
+              static_cast<int>(c));
+        } else {
+          LayerNormBackwardKernel<T, V, kIters, false><<<RowBlocks(rows), kThreads, 0, s>>>(
+              static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+              static_cast<const T*>(gamma), static_cast<T*>(dx), nullptr, rows,
+              static_cast<int>(c));
+        }
+        return static_cast<int>(cudaGetLastError());
+      });
+    });
+  });
+}
+
 int BatchedTranspose(DType dtype, const void* in, const void* add, void* out, int64_t batch,
                      int64_t rows, int64_t cols, void* stream) {
   const int64_t grid_y = (rows + kTile - 1) / kTile, grid_x = (cols + kTile - 1) / kTile;
@@ -1110,10 +1467,18 @@ int BatchedTranspose(DType dtype, const void* in, const void* add, void* out, in
   }
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
-                    static_cast<unsigned>(batch));
-    TransposeKernel<T><<<grid, dim3(kTile, kTileRows), 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const T*>(in), static_cast<const T*>(add), static_cast<T*>(out), rows, cols);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (rows % 2 == 0 && cols % 2 == 0 && VectorWidth<T>(2, {in, add, out}) == 2) {
+      const dim3 grid(static_cast<unsigned>((grid_x + 1) / 2),
+                      static_cast<unsigned>((grid_y + 1) / 2), static_cast<unsigned>(batch));
+      TransposePairsKernel<T><<<grid, dim3(kTile, kTileRows), 0, s>>>(
+          static_cast<const T*>(in), static_cast<const T*>(add), static_cast<T*>(out), rows, cols);
+    } else {
+      const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y),
+                      static_cast<unsigned>(batch));
+      TransposeKernel<T><<<grid, dim3(kTile, kTileRows), 0, s>>>(
+          static_cast<const T*>(in), static_cast<const T*>(add), static_cast<T*>(out), rows, cols);
+    }
     return static_cast<int>(cudaGetLastError());
   });
 }

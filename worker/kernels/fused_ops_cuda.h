@@ -52,6 +52,25 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
                            int64_t length, int64_t heads, int64_t head_dim, int64_t stride,
                            float scale, void* stream);
 
+// LayerNorm over the last dimension of x [rows, c]: y = (x − mean) · rstd · γ + β (+ add), one
+// warp per row with the row in registers. gamma and beta ([c], x's dtype) may be null; add
+// ([period, c], x's dtype, may be null) is added to row r as its row r mod period (the motion
+// modules' positions on [N, F, C] tokens: period F). mean and rstd: [rows], fp32.
+// LayerNormFits says which c the kernels take (up to 2048 for bf16/fp16 and 1024 for fp32 when c
+// is a multiple of 16 bytes and the pointers 16-byte aligned; up to 256 otherwise).
+constexpr int kLayerNormMaxRowVectors = 8 * 32;
+bool LayerNormFits(DType dtype, int64_t c);
+int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
+                     const void* add, int64_t period, void* y, float* mean, float* rstd,
+                     int64_t rows, int64_t c, float eps, void* stream);
+// dx from dy and the forward's input and statistics. Where partial is not null, also γ's and
+// β's gradients in pieces: partial is [LayerNormPartialBlocks(rows), 2, c] fp32, and the sum over
+// its first dimension is [Σ dy · x̂, Σ dy].
+int64_t LayerNormPartialBlocks(int64_t rows);
+int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                      const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
+                      int64_t c, void* stream);
+
 // out[b, j, i] = in[b, i, j] (+ add[b, j, i] where add is not null): in is [batch, rows, cols],
 // out and add [batch, cols, rows]. The layout changes around the transformers' and motion
 // modules' token sequences ([N, C, HW] ↔ [N, HW, C], [B, F·C, HW] ↔ [B, HW, F·C]), the residual

@@ -92,10 +92,15 @@ torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Te
   return GroupNormSilu(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
 }
 
-torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x) {
+torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
+                          const torch::Tensor& add) {
   const auto& o = layer->options;
-  return torch::layer_norm(x, o.normalized_shape(), As(layer->weight, x), As(layer->bias, x),
-                           o.eps());
+  if (o.normalized_shape().size() != 1) {
+    TORCH_CHECK(!add.defined(), "LayerNorm over ", o.normalized_shape(), " adds no table");
+    return torch::layer_norm(x, o.normalized_shape(), As(layer->weight, x), As(layer->bias, x),
+                             o.eps());
+  }
+  return LayerNorm(x, layer->weight, layer->bias, o.eps(), add);
 }
 
 torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,

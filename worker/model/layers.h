@@ -47,7 +47,11 @@ torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x,
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
 // SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/fused_ops.h).
 torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
-torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x);
+// LayerNorm over the last dimension, + `add` ([P, C], row r of x taking add's row r mod P) where
+// given: the fused kernel on CUDA (the parameters read in their stored dtype), LibTorch's
+// layer_norm otherwise.
+torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
+                          const torch::Tensor& add = {});
 
 // Sinusoidal timestep features, [B] → [B, dim], fp32 (diffusers get_timestep_embedding).
 torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,

@@ -21,8 +21,10 @@ PositionalEmbeddingImpl::PositionalEmbeddingImpl(int64_t dim, int64_t max_len) {
   pe = register_buffer("pe", SinusoidalPositionTable(max_len, dim));
 }
 
-torch::Tensor PositionalEmbeddingImpl::forward(const torch::Tensor& x) {
-  return x + pe.slice(1, 0, x.size(1)).to(x.scalar_type());
+torch::Tensor PositionalEmbeddingImpl::forward(const torch::Tensor& x) { return x + Table(x); }
+
+torch::Tensor PositionalEmbeddingImpl::Table(const torch::Tensor& x) const {
+  return pe[0].slice(0, 0, x.size(1)).to(x.scalar_type());
 }
 
 TemporalTransformerBlockImpl::TemporalTransformerBlockImpl(int64_t dim, int64_t heads,
@@ -38,8 +40,9 @@ TemporalTransformerBlockImpl::TemporalTransformerBlockImpl(int64_t dim, int64_t 
 }
 
 torch::Tensor TemporalTransformerBlockImpl::forward(torch::Tensor x) {
-  x = attn1(pos_embed(LayerNormIn(norm1, x))) + x;
-  x = attn2(pos_embed(LayerNormIn(norm2, x))) + x;
+  // diffusers: pos_embed(norm(x)); the table is added inside the norm's pass.
+  x = attn1(LayerNormIn(norm1, x, pos_embed->Table(x))) + x;
+  x = attn2(LayerNormIn(norm2, x, pos_embed->Table(x))) + x;
   x = ff(LayerNormIn(norm3, x)) + x;
   return x;
 }

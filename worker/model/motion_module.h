@@ -22,7 +22,8 @@ torch::Tensor SinusoidalPositionTable(int64_t max_len, int64_t dim);
 class PositionalEmbeddingImpl : public torch::nn::Module {
  public:
   PositionalEmbeddingImpl(int64_t dim, int64_t max_len);
-  torch::Tensor forward(const torch::Tensor& x);  // x [N, F, C]: x + pe[:, :F]
+  torch::Tensor forward(const torch::Tensor& x);      // x [N, F, C]: x + pe[:, :F]
+  torch::Tensor Table(const torch::Tensor& x) const;  // pe[0, :F] in x's dtype, [F, C]
   torch::Tensor pe;
 };
 TORCH_MODULE(PositionalEmbedding);
