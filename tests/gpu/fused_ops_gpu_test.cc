@@ -147,10 +147,12 @@ TEST_F(FusedOpsGpuTest, TransposesAreExact) {
 
 // LayerNorm (+ the motion modules' position table) at SD1.5's token shapes at 16×256² batch 8:
 // a transformer's [8·16, 1024, 320] (frozen affine), a motion module's [8·1024, 16, 320] and
-// [8·16, 16, 1280] with the table and trainable fp32 γ, β; CLIP's [4, 77, 768]; widths the
-// one-element path takes (13) and one past the kernels (bf16 2560: LibTorch's layer_norm); and a
-// view that starts off a 16-byte boundary. fp32 within 1e-5 of the composition; bf16 within
-// bf16 rounding of the fp32 truth, γ's and β's gradients (summed in fp32) within 1e-3.
+// [8·16, 16, 1280] with the table and trainable fp32 γ, β; CLIP's [4, 77, 768]; an odd number
+// of rows (21: the last warp of the two-rows-a-warp kernels has one); widths the one-element
+// path takes (13) and one past the kernels (bf16 2560: LibTorch's layer_norm, which rounds γ's
+// and β's gradients to bf16); and a view that starts off a 16-byte boundary. fp32 within 1e-5 of
+// the composition; bf16 within bf16 rounding of the fp32 truth, the kernels' γ and β gradients
+// (summed in fp32) within 1e-3.
 TEST_F(FusedOpsGpuTest, LayerNormMatchesTheComposition) {
   torch::manual_seed(9);
   struct Case {
@@ -160,7 +162,7 @@ TEST_F(FusedOpsGpuTest, LayerNormMatchesTheComposition) {
   const std::vector<Case> cases = {{{128, 1024, 320}, false, false}, {{8192, 16, 320}, true, true},
                                    {{128, 16, 1280}, true, true},    {{512, 16, 640}, true, true},
                                    {{4, 77, 768}, false, false},     {{6, 16, 13}, true, true},
-                                   {{64, 2560}, false, true}};
+                                   {{7, 3, 320}, true, true},        {{64, 2560}, false, true}};
   const auto o = torch::TensorOptions().device(torch::kCUDA);
   for (const auto& k : cases) {
     const int64_t c = k.dims.back();
@@ -194,10 +196,10 @@ TEST_F(FusedOpsGpuTest, LayerNormMatchesTheComposition) {
       EXPECT_LT(RelativeError(g[0], tg[0]), tol) << "dx " << k.dims << " " << dtype;
       if (k.train_affine) {
         ASSERT_EQ(g[1].scalar_type(), torch::kFloat);
-        EXPECT_LT(RelativeError(g[1], tg[1]), fp32 ? 1e-5 : 1e-3)
-            << "dw " << k.dims << " " << dtype;
-        EXPECT_LT(RelativeError(g[2], tg[2]), fp32 ? 1e-5 : 1e-3)
-            << "db " << k.dims << " " << dtype;
+        // LibTorch's layer_norm (past the kernels' widths) rounds them to bf16 on the way.
+        const double affine_tol = fp32 ? 1e-5 : (c > 2048 ? 8e-3 : 1e-3);
+        EXPECT_LT(RelativeError(g[1], tg[1]), affine_tol) << "dw " << k.dims << " " << dtype;
+        EXPECT_LT(RelativeError(g[2], tg[2]), affine_tol) << "db " << k.dims << " " << dtype;
       }
     }
   }

@@ -330,7 +330,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
       dx = torch::empty_like(x);
       torch::Tensor partial;
       if (weight_grad || bias_grad) {
-        partial = torch::empty({fused_cuda::LayerNormPartialBlocks(rows), 2, c},
+        partial = torch::empty({fused_cuda::LayerNormPartialBlocks(rows, c), 2, c},
                                x.options().dtype(torch::kFloat));
       }
       Check(fused_cuda::LayerNormBackward(KernelType(x), d.data_ptr(), x.data_ptr(),

@@ -846,122 +846,141 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
 #endif
 }
 
-// LayerNorm over rows of c elements, one warp per row: lane l holds the row's vectors
-// it · 32 + l (it < kIters) in fp32 registers, so x is read once (c ≤ 32 · V · kIters). The
-// mean, then the mean squared deviation from the registers (exact two-pass variance). `add`
+// LayerNorm over rows of c elements, a warp per row (two rows at once for rows of up to 64
+// vectors, so that a warp has as many bytes in flight as on wider rows): lane l holds the row's
+// vectors it · 32 + l (it < kIters) in fp32 registers, so x is read once (c ≤ 32 · V · kIters).
+// The mean, then the mean squared deviation from the registers (exact two-pass variance). `add`
 // ([period, c], may be null) is added to the output, row r taking add's row r mod period: the
 // motion modules' sinusoidal positions on [N, F, C] tokens, added before the one rounding.
+template <int kIters>
+constexpr int kLayerNormRowsPerWarp = kIters <= 2 ? 2 : 1;
+
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kThreads)
     LayerNormForwardKernel(const T* x, const T* gamma, const T* beta, const T* add, int64_t period,
                            T* y, float* mean_out, float* rstd_out, int64_t rows, int c, float eps) {
   using VecT = Vec<T, V>;
+  constexpr int kRows = kLayerNormRowsPerWarp<kIters>;
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
+  const int64_t first =
+      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * kRows;
+  if (first >= rows) return;
   const int vectors = c / V;
-  const VecT* xr = reinterpret_cast<const VecT*>(x + row * c);
-  float v[kIters][V];
-  float sum = 0.f;
+  float v[kRows][kIters][V];
+  float mean[kRows], rstd[kRows];
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int idx = it * 32 + lane;
-    VecT in;
-    if (idx < vectors) in = xr[idx];
+  for (int r = 0; r < kRows; ++r) {
+    const bool row_in = first + r < rows;
+    const VecT* xr = reinterpret_cast<const VecT*>(x + (first + r) * c);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      v[it][e] = idx < vectors ? Load(in.v[e]) : 0.f;
-      sum += v[it][e];
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = it * 32 + lane;
+      VecT in;
+      if (row_in && idx < vectors) in = xr[idx];
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[r][it][e] = row_in && idx < vectors ? Load(in.v[e]) : 0.f;
     }
   }
-  const float mean = WarpSum(sum) / c;
-  float squares = 0.f;
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    if (it * 32 + lane >= vectors) break;
+  for (int r = 0; r < kRows; ++r) {
+    float sum = 0.f;
 #pragma unroll
-    for (int e = 0; e < V; ++e) squares += (v[it][e] - mean) * (v[it][e] - mean);
+    for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum += v[r][it][e];
+    }
+    mean[r] = WarpSum(sum) / c;
+    float squares = 0.f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (it * 32 + lane >= vectors) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) squares += (v[r][it][e] - mean[r]) * (v[r][it][e] - mean[r]);
+    }
+    rstd[r] = rsqrtf(WarpSum(squares) / c + eps);
   }
-  const float rstd = rsqrtf(WarpSum(squares) / c + eps);
-  const VecT* ar = add ? reinterpret_cast<const VecT*>(add + row % period * c) : nullptr;
-  VecT* yr = reinterpret_cast<VecT*>(y + row * c);
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     const int idx = it * 32 + lane;
     if (idx >= vectors) break;
-    VecT g, b, a, out;
+    VecT g, b;
     if (gamma) g = reinterpret_cast<const VecT*>(gamma)[idx];
     if (beta) b = reinterpret_cast<const VecT*>(beta)[idx];
-    if (ar) a = ar[idx];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      float z = (v[it][e] - mean) * rstd;
-      if (gamma) z *= Load(g.v[e]);
-      if (beta) z += Load(b.v[e]);
-      if (ar) z += Load(a.v[e]);
-      out.v[e] = Store<T>(z);
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = first + r;
+      if (row >= rows) break;
+      VecT a, out;
+      if (add) a = reinterpret_cast<const VecT*>(add + row % period * c)[idx];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float z = (v[r][it][e] - mean[r]) * rstd[r];
+        if (gamma) z *= Load(g.v[e]);
+        if (beta) z += Load(b.v[e]);
+        if (add) z += Load(a.v[e]);
+        out.v[e] = Store<T>(z);
+      }
+      reinterpret_cast<VecT*>(y + row * c)[idx] = out;
     }
-    yr[idx] = out;
   }
-  if (lane == 0) {
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
+  if (lane < kRows && first + lane < rows) {
+    mean_out[first + lane] = lane == 0 ? mean[0] : mean[kRows - 1];
+    rstd_out[first + lane] = lane == 0 ? rstd[0] : rstd[kRows - 1];
   }
 }
 
-// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dy · γ, one warp per row (grid-stride).
-// With kAffine, also γ's and β's gradients Σ dy · x̂ and Σ dy over the rows: each lane sums its
-// own columns in registers, the block's warps add theirs in shared memory, and the block writes
-// one partial row pair to partial[blockIdx.x] ([2, c]; the caller sums the blocks').
-// The affine variant's per-lane sums take registers: two blocks a SM (≤ 128 registers a thread)
-// for rows of up to 2 · 32 vectors (the motion modules' 320 bf16 channels), one above.
-template <typename T, int V, int kIters, bool kAffine>
-__global__ void __launch_bounds__(kThreads, kAffine&& kIters > 2 ? 1 : 2)
+// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dy · γ, rows as in the forward.
+template <typename T, int V, int kIters>
+__global__ void __launch_bounds__(kThreads)
     LayerNormBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
-                            const T* gamma, T* dx, float* partial, int64_t rows, int c) {
+                            const T* gamma, T* dx, int64_t rows, int c) {
   using VecT = Vec<T, V>;
-  extern __shared__ float4 smem4[];
-  float* sums = reinterpret_cast<float*>(smem4);  // [2, c] with kAffine
-  const int lane = threadIdx.x % 32, warps = kThreads / 32;
+  constexpr int kRows = kLayerNormRowsPerWarp<kIters>;
+  const int lane = threadIdx.x % 32;
+  const int64_t first =
+      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * kRows;
+  if (first >= rows) return;
   const int vectors = c / V;
-  constexpr int kAcc = kAffine ? kIters : 1;
-  float acc_g[kAcc][V], acc_b[kAcc][V];
-  if (kAffine) {
-    for (int i = threadIdx.x; i < 2 * c; i += kThreads) sums[i] = 0.f;
+  float xh[kRows][kIters][V], g[kRows][kIters][V];
+  float m[kRows], rs[kRows];
 #pragma unroll
-    for (int it = 0; it < kAcc; ++it) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) acc_g[it][e] = acc_b[it][e] = 0.f;
-    }
+  for (int r = 0; r < kRows; ++r) {
+    const bool row_in = first + r < rows;
+    m[r] = row_in ? mean[first + r] : 0.f;
+    rs[r] = row_in ? rstd[first + r] : 0.f;
   }
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * warps) {
-    const VecT* xr = reinterpret_cast<const VecT*>(x + row * c);
-    const VecT* dyr = reinterpret_cast<const VecT*>(dy + row * c);
-    const float m = mean[row], r = rstd[row];
-    float xh[kIters][V], g[kIters][V];
-    float sum_g = 0.f, sum_gx = 0.f;
 #pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int idx = it * 32 + lane;
-      VecT xv, dv, gv;
-      if (idx < vectors) {
-        xv = xr[idx];
-        dv = dyr[idx];
-        if (gamma) gv = reinterpret_cast<const VecT*>(gamma)[idx];
+  for (int it = 0; it < kIters; ++it) {
+    const int idx = it * 32 + lane;
+    VecT gv;
+    if (gamma && idx < vectors) gv = reinterpret_cast<const VecT*>(gamma)[idx];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const bool in = first + r < rows && idx < vectors;
+      VecT xv, dv;
+      if (in) {
+        xv = reinterpret_cast<const VecT*>(x + (first + r) * c)[idx];
+        dv = reinterpret_cast<const VecT*>(dy + (first + r) * c)[idx];
       }
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const bool in = idx < vectors;
         const float d = in ? Load(dv.v[e]) : 0.f;
-        xh[it][e] = in ? (Load(xv.v[e]) - m) * r : 0.f;
-        g[it][e] = gamma && in ? d * Load(gv.v[e]) : d;
-        sum_g += g[it][e];
-        sum_gx += g[it][e] * xh[it][e];
-        if constexpr (kAffine) {
-          acc_g[it][e] += d * xh[it][e];
-          acc_b[it][e] += d;
-        }
+        xh[r][it][e] = in ? (Load(xv.v[e]) - m[r]) * rs[r] : 0.f;
+        g[r][it][e] = gamma && in ? d * Load(gv.v[e]) : d;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = first + r;
+    if (row >= rows) break;
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        sum_g += g[r][it][e];
+        sum_gx += g[r][it][e] * xh[r][it][e];
       }
     }
     const float mean_g = WarpSum(sum_g) / c, mean_gx = WarpSum(sum_gx) / c;
@@ -972,25 +991,59 @@ __global__ void __launch_bounds__(kThreads, kAffine&& kIters > 2 ? 1 : 2)
       if (idx >= vectors) break;
       VecT out;
 #pragma unroll
-      for (int e = 0; e < V; ++e)
-        out.v[e] = Store<T>(r * (g[it][e] - mean_g - xh[it][e] * mean_gx));
+      for (int e = 0; e < V; ++e) {
+        out.v[e] = Store<T>(rs[r] * (g[r][it][e] - mean_g - xh[r][it][e] * mean_gx));
+      }
       dxr[idx] = out;
     }
   }
-  if constexpr (kAffine) {
-    __syncthreads();  // sums zeroed
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int idx = it * 32 + lane;
-      if (idx >= vectors) break;
+}
+
+// γ's and β's gradients Σ dy · x̂ and Σ dy over the rows, in pieces: block (column strip,
+// row chunk) sums its rows of 32 · V columns (V = 2: a warp reads 128 contiguous bytes of a bf16
+// row; V = 1 where c is odd), the block's 8 warps each a share of the chunk's rows, and writes
+// partial[blockIdx.y] ([2, c]; zeros for a chunk past the rows); the caller sums the chunks'.
+constexpr int kGammaBetaColumns = 64;  // the widest strip (V = 2)
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormGammaBetaKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                             float* partial, int64_t rows, int c, int64_t chunk_rows) {
+  using VecT = Vec<T, V>;
+  __shared__ float sums[2][kThreads / 32][kGammaBetaColumns];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int kStrip = 32 * V;
+  const int col = blockIdx.x * kStrip + lane * V;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t end = min(rows, begin + chunk_rows);
+  float acc_g[V] = {}, acc_b[V] = {};
+  if (col < c) {
+#pragma unroll 4
+    for (int64_t row = begin + warp; row < end; row += kThreads / 32) {
+      const VecT xv = *reinterpret_cast<const VecT*>(x + row * c + col);
+      const VecT dv = *reinterpret_cast<const VecT*>(dy + row * c + col);
+      const float m = mean[row], r = rstd[row];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        atomicAdd(&sums[idx * V + e], acc_g[it][e]);
-        atomicAdd(&sums[c + idx * V + e], acc_b[it][e]);
+        const float d = Load(dv.v[e]);
+        acc_g[e] += d * (Load(xv.v[e]) - m) * r;
+        acc_b[e] += d;
       }
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * c; i += kThreads) partial[blockIdx.x * 2 * c + i] = sums[i];
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    sums[0][warp][lane * V + e] = acc_g[e];
+    sums[1][warp][lane * V + e] = acc_b[e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * kStrip; i += kThreads) {
+    const int which = i / kStrip, j = i % kStrip;
+    const int column = blockIdx.x * kStrip + j;
+    if (column >= c) continue;
+    float total = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) total += sums[which][w][j];
+    partial[(static_cast<int64_t>(blockIdx.y) * 2 + which) * c + column] = total;
   }
 }
 
@@ -1220,8 +1273,9 @@ int MultiProcessors() {
   return std::max(1, count);
 }
 
-unsigned RowBlocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+unsigned RowBlocks(int64_t rows, int rows_per_warp) {
+  const int64_t per_block = kThreads / 32 * rows_per_warp;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
 }
 
 }  // namespace
@@ -1393,8 +1447,10 @@ bool LayerNormFits(DType dtype, int64_t c) {
   return c >= 1 && c <= int64_t{kLayerNormMaxRowVectors} * v;
 }
 
-int64_t LayerNormPartialBlocks(int64_t rows) {
-  return std::max<int64_t>(1, std::min<int64_t>(RowBlocks(rows), 4 * MultiProcessors()));
+int64_t LayerNormPartialBlocks(int64_t rows, int64_t c) {
+  const int64_t strips = (c + 63) / 64;
+  const int64_t wanted = (8 * MultiProcessors() + strips - 1) / strips;
+  return std::max<int64_t>(1, std::min<int64_t>(wanted, (rows + 63) / 64));
 }
 
 int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
@@ -1409,11 +1465,12 @@ int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* 
     return WithRowVector<T>(c, {x, gamma, beta, add, y}, [&](auto v) {
       constexpr int V = decltype(v)::value;
       return WithRowIters(c / V, [&](auto iters) {
-        LayerNormForwardKernel<T, V, decltype(iters)::value>
-            <<<RowBlocks(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-                static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
-                static_cast<const T*>(add), period, static_cast<T*>(y), mean, rstd, rows,
-                static_cast<int>(c), eps);
+        constexpr int kIters = decltype(iters)::value;
+        LayerNormForwardKernel<T, V, kIters><<<RowBlocks(rows, kLayerNormRowsPerWarp<kIters>),
+                                               kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
+            static_cast<const T*>(add), period, static_cast<T*>(y), mean, rstd, rows,
+            static_cast<int>(c), eps);
         return static_cast<int>(cudaGetLastError());
       });
     });
@@ -1424,38 +1481,42 @@ int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* m
                       const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
                       int64_t c, void* stream) {
   if (!LayerNormFits(dtype, c) || rows < 0) return static_cast<int>(cudaErrorInvalidValue);
-  if (rows == 0) {
-    // No rows: γ's and β's gradients are zero.
-    if (partial) {
-      return static_cast<int>(
-          cudaMemsetAsync(partial, 0, 2 * c * sizeof(float), static_cast<cudaStream_t>(stream)));
-    }
-    return 0;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (rows == 0) {  // no rows: γ's and β's gradients are zero
+    if (!partial) return 0;
+    return static_cast<int>(
+        cudaMemsetAsync(partial, 0, LayerNormPartialBlocks(rows, c) * 2 * c * sizeof(float), s));
   }
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return WithRowVector<T>(c, {dy, x, gamma, dx}, [&](auto v) {
+    const int error = WithRowVector<T>(c, {dy, x, gamma, dx}, [&](auto v) {
       constexpr int V = decltype(v)::value;
       return WithRowIters(c / V, [&](auto iters) {
         constexpr int kIters = decltype(iters)::value;
-        const auto s = static_cast<cudaStream_t>(stream);
-        if (partial) {
-          const size_t bytes = 2 * c * sizeof(float);
-          auto kernel = LayerNormBackwardKernel<T, V, kIters, true>;
-          if (const int error = AllowSharedMemory(kernel, bytes)) return error;
-          kernel<<<static_cast<unsigned>(LayerNormPartialBlocks(rows)), kThreads, bytes, s>>>(
-              static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
-              static_cast<const T*>(gamma), static_cast<T*>(dx), partial, rows,
-              static_cast<int>(c));
-        } else {
-          LayerNormBackwardKernel<T, V, kIters, false><<<RowBlocks(rows), kThreads, 0, s>>>(
-              static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
-              static_cast<const T*>(gamma), static_cast<T*>(dx), nullptr, rows,
-              static_cast<int>(c));
-        }
+        LayerNormBackwardKernel<T, V, kIters>
+            <<<RowBlocks(rows, kLayerNormRowsPerWarp<kIters>), kThreads, 0, s>>>(
+                static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+                static_cast<const T*>(gamma), static_cast<T*>(dx), rows, static_cast<int>(c));
         return static_cast<int>(cudaGetLastError());
       });
     });
+    if (error != 0 || !partial) return error;
+    const int64_t chunks = LayerNormPartialBlocks(rows, c);
+    const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+    auto launch = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const dim3 grid(static_cast<unsigned>((c + 32 * V - 1) / (32 * V)),
+                      static_cast<unsigned>(chunks));
+      LayerNormGammaBetaKernel<T, V>
+          <<<grid, kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<const T*>(x), mean,
+                                     rstd, partial, rows, static_cast<int>(c), chunk_rows);
+    };
+    if (c % 2 == 0 && VectorWidth<T>(2, {dy, x}) == 2) {
+      launch(std::integral_constant<int, 2>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
+    return static_cast<int>(cudaGetLastError());
   });
 }
 

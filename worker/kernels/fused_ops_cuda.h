@@ -64,9 +64,10 @@ int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* 
                      const void* add, int64_t period, void* y, float* mean, float* rstd,
                      int64_t rows, int64_t c, float eps, void* stream);
 // dx from dy and the forward's input and statistics. Where partial is not null, also γ's and
-// β's gradients in pieces: partial is [LayerNormPartialBlocks(rows), 2, c] fp32, and the sum over
-// its first dimension is [Σ dy · x̂, Σ dy].
-int64_t LayerNormPartialBlocks(int64_t rows);
+// β's gradients in pieces (a second kernel, reading x and dy by column strips): partial is
+// [LayerNormPartialBlocks(rows, c), 2, c] fp32, and the sum over its first dimension is
+// [Σ dy · x̂, Σ dy].
+int64_t LayerNormPartialBlocks(int64_t rows, int64_t c);
 int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* mean,
                       const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
                       int64_t c, void* stream);
