@@ -8,8 +8,8 @@
 //   - the same math in LibTorch operations (namespace fused_reference), which the CPU tests
 //     compare with autograd's gradient of the composition, and the GPU tests compare the kernels
 //     with (tests/gpu/fused_ops_gpu_test.cc).
-// The layers call GroupNormSilu / GroupNormPlain / LayerNorm / Geglu / TransposeTokens /
-// AddTransposed (and FusedShortAttention where ShortAttentionApplies): the fused kernels for CUDA
+// The layers call GroupNormSilu / GroupNormPlain / LayerNorm / Linear / Geglu / TransposeTokens
+// / AddTransposed (and FusedShortAttention where ShortAttentionApplies): the fused kernels for CUDA
 // tensors while SetFusedKernels(true) (train.fused_kernels), LibTorch's composition otherwise.
 #pragma once
 
@@ -51,6 +51,11 @@ torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
 
+// x Wᵀ + b: LibTorch's linear, with a trainable bias's gradient (the motion modules') summed over
+// the rows by a column-strip kernel on CUDA in place of LibTorch's row reduction.
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
+                     const torch::Tensor& bias);
+
 // a · GELU(g) for h = [a, g] split in halves along the last dimension (diffusers' GEGLU after
 // its projection).
 torch::Tensor Geglu(const torch::Tensor& h);
@@ -81,6 +86,8 @@ torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
 torch::Tensor FusedTranspose(const torch::Tensor& x);
 torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor FusedGeglu(const torch::Tensor& h);
+torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
+                          const torch::Tensor& bias);
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
 

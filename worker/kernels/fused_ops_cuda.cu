@@ -1003,6 +1003,7 @@ __global__ void __launch_bounds__(kThreads)
 // row chunk) sums its rows of 32 · V columns (V = 2: a warp reads 128 contiguous bytes of a bf16
 // row; V = 1 where c is odd), the block's 8 warps each a share of the chunk's rows, and writes
 // partial[blockIdx.y] ([2, c]; zeros for a chunk past the rows); the caller sums the chunks'.
+// With x null, Σ dy alone (a linear layer's bias gradient; the first row of each piece is zero).
 constexpr int kGammaBetaColumns = 64;  // the widest strip (V = 2)
 
 template <typename T, int V>
@@ -1020,15 +1021,15 @@ __global__ void __launch_bounds__(kThreads)
   if (col < c) {
 #pragma unroll 4
     for (int64_t row = begin + warp; row < end; row += kThreads / 32) {
-      const VecT xv = *reinterpret_cast<const VecT*>(x + row * c + col);
       const VecT dv = *reinterpret_cast<const VecT*>(dy + row * c + col);
-      const float m = mean[row], r = rstd[row];
+      if (x) {
+        const VecT xv = *reinterpret_cast<const VecT*>(x + row * c + col);
+        const float m = mean[row], r = rstd[row];
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float d = Load(dv.v[e]);
-        acc_g[e] += d * (Load(xv.v[e]) - m) * r;
-        acc_b[e] += d;
+        for (int e = 0; e < V; ++e) acc_g[e] += Load(dv.v[e]) * (Load(xv.v[e]) - m) * r;
       }
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc_b[e] += Load(dv.v[e]);
     }
   }
 #pragma unroll
@@ -1453,6 +1454,30 @@ int64_t LayerNormPartialBlocks(int64_t rows, int64_t c) {
   return std::max<int64_t>(1, std::min<int64_t>(wanted, (rows + 63) / 64));
 }
 
+namespace {
+// The column-strip sums into partial ([LayerNormPartialBlocks(rows, c), 2, c]): 2 columns a lane
+// where c is even and the rows 4-byte aligned.
+template <typename T>
+int LaunchGammaBeta(const T* dy, const T* x, const float* mean, const float* rstd, float* partial,
+                    int64_t rows, int64_t c, cudaStream_t s) {
+  const int64_t chunks = LayerNormPartialBlocks(rows, c);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  auto launch = [&](auto v) {
+    constexpr int V = decltype(v)::value;
+    const dim3 grid(static_cast<unsigned>((c + 32 * V - 1) / (32 * V)),
+                    static_cast<unsigned>(chunks));
+    LayerNormGammaBetaKernel<T, V><<<grid, kThreads, 0, s>>>(dy, x, mean, rstd, partial, rows,
+                                                             static_cast<int>(c), chunk_rows);
+  };
+  if (c % 2 == 0 && VectorWidth<T>(2, {dy, x}) == 2) {
+    launch(std::integral_constant<int, 2>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+}  // namespace
+
 int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
                      const void* add, int64_t period, void* y, float* mean, float* rstd,
                      int64_t rows, int64_t c, float eps, void* stream) {
@@ -1501,22 +1526,22 @@ int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* m
       });
     });
     if (error != 0 || !partial) return error;
-    const int64_t chunks = LayerNormPartialBlocks(rows, c);
-    const int64_t chunk_rows = (rows + chunks - 1) / chunks;
-    auto launch = [&](auto v) {
-      constexpr int V = decltype(v)::value;
-      const dim3 grid(static_cast<unsigned>((c + 32 * V - 1) / (32 * V)),
-                      static_cast<unsigned>(chunks));
-      LayerNormGammaBetaKernel<T, V>
-          <<<grid, kThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<const T*>(x), mean,
-                                     rstd, partial, rows, static_cast<int>(c), chunk_rows);
-    };
-    if (c % 2 == 0 && VectorWidth<T>(2, {dy, x}) == 2) {
-      launch(std::integral_constant<int, 2>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
-    return static_cast<int>(cudaGetLastError());
+    return LaunchGammaBeta(static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, partial,
+                           rows, c, s);
+  });
+}
+
+int ColumnSums(DType dtype, const void* dy, float* partial, int64_t rows, int64_t c, void* stream) {
+  if (rows < 0 || c < 1 || c > (int64_t{1} << 30)) return static_cast<int>(cudaErrorInvalidValue);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (rows == 0) {
+    return static_cast<int>(
+        cudaMemsetAsync(partial, 0, LayerNormPartialBlocks(rows, c) * 2 * c * sizeof(float), s));
+  }
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return LaunchGammaBeta(static_cast<const T*>(dy), static_cast<const T*>(nullptr), nullptr,
+                           nullptr, partial, rows, c, s);
   });
 }
 

@@ -71,6 +71,9 @@ int64_t LayerNormPartialBlocks(int64_t rows, int64_t c);
 int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* mean,
                       const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
                       int64_t c, void* stream);
+// Σ over the rows of dy [rows, c] (a linear layer's bias gradient), in pieces as above: partial
+// is [LayerNormPartialBlocks(rows, c), 2, c] and the sums are in [:, 1] (the [:, 0] are zero).
+int ColumnSums(DType dtype, const void* dy, float* partial, int64_t rows, int64_t c, void* stream);
 
 // out[b, j, i] = in[b, i, j] (+ add[b, j, i] where add is not null): in is [batch, rows, cols],
 // out and add [batch, cols, rows]. The layout changes around the transformers' and motion

@@ -71,7 +71,7 @@ void InitializeLinearAndConv(torch::nn::Module& module) {
 }
 
 torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  return torch::linear(x, As(layer->weight, x), As(layer->bias, x));
+  return Linear(x, As(layer->weight, x), As(layer->bias, x));
 }
 
 torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x, bool with_bias,
