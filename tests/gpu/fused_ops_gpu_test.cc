@@ -203,6 +203,22 @@ TEST_F(FusedOpsGpuTest, LayerNormMatchesTheComposition) {
       }
     }
   }
+  // The residual pass-through (x + f(LayerNorm(x))): x's gradient sums both uses in the kernel.
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto x32 = torch::randn({2048, 16, 320}, o) * 2;
+    auto w = torch::randn({320}, o), table = torch::randn({16, 320}, o);
+    auto d32 = torch::randn({2048, 16, 320}, o);
+    auto xt = x32.to(dtype).to(torch::kFloat).requires_grad_();
+    auto truth = (torch::layer_norm(xt, {320}, w, {}, 1e-5) + table).sigmoid() + xt;
+    auto truth_dx = torch::autograd::grad({truth}, {xt}, {d32.to(dtype).to(torch::kFloat)})[0];
+    auto xk = x32.to(dtype).requires_grad_();
+    auto [h, r] = LayerNormResidual(xk, w, {}, 1e-5, table);
+    auto out = h.sigmoid() + r;
+    auto dx = torch::autograd::grad({out}, {xk}, {d32.to(dtype)})[0];
+    const double tol = dtype == torch::kFloat ? 1e-5 : 8e-3;
+    EXPECT_LT(RelativeError(out, truth), tol) << "residual " << dtype;
+    EXPECT_LT(RelativeError(dx, truth_dx), tol) << "residual dx " << dtype;
+  }
   // A row-major view starting one element in: copied to an aligned buffer, same result.
   auto base = torch::randn({1 + 64 * 320}, o.dtype(torch::kBFloat16));
   auto view = base.narrow(0, 1, 64 * 320).view({64, 320});

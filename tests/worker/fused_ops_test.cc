@@ -214,6 +214,30 @@ TEST(FusedLayerNorm, ValuesAndGradientsAreTheComposition) {
   }
 }
 
+// A residual block x + f(LayerNorm(x)) on the pass-through output: x's gradient is the sum of
+// both uses', computed in the norm's backward.
+TEST(FusedLayerNorm, ResidualPassThroughCarriesItsGradient) {
+  torch::manual_seed(8);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  auto x = (torch::randn({2, 4, 10}, opts) + 1).requires_grad_();
+  auto w = torch::randn({10}, opts).requires_grad_();
+  auto m = torch::randn({10, 10}, opts);
+  auto dy = torch::randn({2, 4, 10}, opts);
+  auto ref = torch::layer_norm(x, {10}, w, {}, 1e-5).matmul(m).tanh() + x;
+  auto ref_grads = torch::autograd::grad({ref}, {x, w}, {dy});
+  auto [h, r] = FusedLayerNormResidual(x, w, {}, 1e-5);
+  EXPECT_TRUE(torch::equal(r, x));
+  auto out = h.matmul(m).tanh() + r;
+  auto grads = torch::autograd::grad({out}, {x, w}, {dy});
+  EXPECT_LT(MaxRelative(out, ref), 1e-12);
+  EXPECT_LT(MaxRelative(grads[0], ref_grads[0]), 1e-10);
+  EXPECT_LT(MaxRelative(grads[1], ref_grads[1]), 1e-10);
+  // The pass-through unused: the norm's gradient alone.
+  auto only = torch::autograd::grad({FusedLayerNormResidual(x, w, {}, 1e-5).first}, {x}, {dy})[0];
+  auto ref_only = torch::autograd::grad({torch::layer_norm(x, {10}, w, {}, 1e-5)}, {x}, {dy})[0];
+  EXPECT_LT(MaxRelative(only, ref_only), 1e-10);
+}
+
 TEST(FusedLayerNorm, WithoutAffineAndInFloat32) {
   torch::manual_seed(6);
   auto x = (torch::randn({5, 40}) * 4 + 3).requires_grad_();

@@ -209,10 +209,10 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t heads) {
     auto qkv = qkv_in.contiguous();
-    const int64_t n = qkv.size(0), length = qkv.size(1), inner = qkv.size(2) / 3;
     torch::Tensor out, lse;
     if (UseKernel(qkv)) {
 #ifdef ADCTL_FUSED_CUDA
+      const int64_t n = qkv.size(0), length = qkv.size(1), inner = qkv.size(2) / 3;
       const c10::cuda::CUDAGuard guard(qkv.device());
       const int64_t d = inner / heads;
       out = torch::empty({n, length, inner}, qkv.options());
@@ -278,17 +278,20 @@ torch::Tensor Aligned(const torch::Tensor& t) {
 // LayerNorm over the last dimension (+ add [P, C], row r of x as [rows, C] taking add's row
 // r mod P). weight and bias are [C] in any float type (the motion modules' fp32 parameters are
 // read as they are, and their gradients come back in fp32); add is x-shaped-periodic or empty.
+// Outputs: the norm, and x itself (a view) for the residual of x + f(LayerNorm(x)): the
+// backward adds that output's gradient to the norm's in its own pass, where autograd would sum
+// the two gradients of x with a kernel of its own.
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                const torch::Tensor& add, double eps) {
     auto x = input.contiguous();
-    const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
     torch::Tensor y, mean, rstd;
     if (UseKernel(x)) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(x.device());
+      const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
       x = Aligned(x);
       const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
       const auto a = add.numel() > 0 ? Aligned(add.to(x.scalar_type()).contiguous()) : add;
@@ -311,22 +314,25 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["add_grad"] = add.requires_grad();
     ctx->saved_data["period"] = add.numel() > 0 ? add.size(0) : int64_t{1};
-    return y;
+    return {y, input};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3],
                &rstd = saved[4];
-    const auto dy = grads[0].contiguous();
+    const auto dy = grads[0].defined() ? grads[0].contiguous() : torch::zeros_like(x);
+    const auto& dres = grads[1];  // the pass-through's, undefined when it had no use
     const bool weight_grad = weight.requires_grad(), bias_grad = bias.requires_grad();
-    const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
+    const int64_t c = x.size(-1);
     torch::Tensor dx, dweight, dbias, dadd;
     if (UseKernel(x)) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(x.device());
+      const int64_t rows = x.numel() / std::max<int64_t>(c, 1);
       const auto w = KernelParam(weight, x);
       const auto d = Aligned(dy.to(x.scalar_type()).contiguous());
+      const auto r = dres.defined() ? Aligned(dres.to(x.scalar_type()).contiguous()) : dres;
       dx = torch::empty_like(x);
       torch::Tensor partial;
       if (weight_grad || bias_grad) {
@@ -335,7 +341,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
       }
       Check(fused_cuda::LayerNormBackward(KernelType(x), d.data_ptr(), x.data_ptr(),
                                           mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                                          w.data_ptr(), dx.data_ptr(),
+                                          w.data_ptr(), PtrOrNull(r), dx.data_ptr(),
                                           partial.defined() ? partial.data_ptr<float>() : nullptr,
                                           rows, c, c10::cuda::getCurrentCUDAStream().stream()),
             "LayerNorm backward kernel");
@@ -347,6 +353,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 #endif
     } else {
       dx = fused_reference::LayerNormBackward(dy, x, mean, rstd, weight);
+      if (dres.defined()) dx = (dx + dres).to(x.scalar_type());
       if (weight_grad || bias_grad) {
         auto [dw, db] = fused_reference::LayerNormAffineBackward(dy, x, mean, rstd);
         if (weight_grad) dweight = dw.to(weight.scalar_type());
@@ -513,8 +520,11 @@ torch::Tensor FusedGeglu(const torch::Tensor& h) {
   return GegluFunction::apply(h);
 }
 
-torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
-                             const torch::Tensor& bias, double eps, const torch::Tensor& add) {
+std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(const torch::Tensor& x,
+                                                               const torch::Tensor& weight,
+                                                               const torch::Tensor& bias,
+                                                               double eps,
+                                                               const torch::Tensor& add) {
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "LayerNorm: x needs a last dimension, got ",
               x.sizes());
   const int64_t c = x.size(-1), rows = x.numel() / c;
@@ -530,23 +540,44 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
                 "] with P dividing the ", rows, " rows");
     table = add.reshape({-1, c});
   }
-  return LayerNormFunction::apply(x, weight.defined() ? weight : torch::ones({c}, o),
-                                  bias.defined() ? bias : torch::zeros({c}, o), table, eps);
+  auto out = LayerNormFunction::apply(x, weight.defined() ? weight : torch::ones({c}, o),
+                                      bias.defined() ? bias : torch::zeros({c}, o), table, eps);
+  return {out[0], out[1]};
 }
+
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps, const torch::Tensor& add) {
+  return FusedLayerNormResidual(x, weight, bias, eps, add).first;
+}
+
+namespace {
+bool LayerNormKernelApplies(const torch::Tensor& x) {
+#ifdef ADCTL_FUSED_CUDA
+  return FusedKernelsEnabled() && UseKernel(x) && x.dim() >= 1 &&
+         fused_cuda::LayerNormFits(KernelType(x), x.size(-1));
+#else
+  (void)x;
+  return false;
+#endif
+}
+}  // namespace
 
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias, double eps, const torch::Tensor& add) {
-#ifdef ADCTL_FUSED_CUDA
-  if (FusedKernelsEnabled() && UseKernel(x) && x.dim() >= 1 &&
-      fused_cuda::LayerNormFits(KernelType(x), x.size(-1))) {
-    return FusedLayerNorm(x, weight, bias, eps, add);
-  }
-#endif
+  if (LayerNormKernelApplies(x)) return FusedLayerNorm(x, weight, bias, eps, add);
   const auto as = [&x](const torch::Tensor& p) { return p.defined() ? p.to(x.scalar_type()) : p; };
   auto y = torch::layer_norm(x, {x.size(-1)}, as(weight), as(bias), eps);
   if (!add.defined()) return y;
   const int64_t c = x.size(-1);
   return (y.reshape({-1, add.numel() / c, c}) + as(add).reshape({-1, c})).view(x.sizes());
+}
+
+std::pair<torch::Tensor, torch::Tensor> LayerNormResidual(const torch::Tensor& x,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps,
+                                                          const torch::Tensor& add) {
+  if (LayerNormKernelApplies(x)) return FusedLayerNormResidual(x, weight, bias, eps, add);
+  return {LayerNorm(x, weight, bias, eps, add), x};
 }
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,

@@ -51,6 +51,14 @@ torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
 
+// {LayerNorm(x, …) (+ add), x} for a residual block x + f(LayerNorm(x)): use the second for the
+// residual, and the kernels' backward adds its gradient to the norm's in the same pass (where
+// autograd would sum x's two gradients with a separate kernel). Off CUDA: {LayerNorm(…), x}.
+std::pair<torch::Tensor, torch::Tensor> LayerNormResidual(const torch::Tensor& x,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps,
+                                                          const torch::Tensor& add = {});
+
 // x Wᵀ + b: LibTorch's linear, with a trainable bias's gradient (the motion modules') summed over
 // the rows by a column-strip kernel on CUDA in place of LibTorch's row reduction.
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
@@ -86,6 +94,11 @@ torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
 torch::Tensor FusedTranspose(const torch::Tensor& x);
 torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor FusedGeglu(const torch::Tensor& h);
+std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(const torch::Tensor& x,
+                                                               const torch::Tensor& weight,
+                                                               const torch::Tensor& bias,
+                                                               double eps,
+                                                               const torch::Tensor& add = {});
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const torch::Tensor& bias);
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,

@@ -855,6 +855,12 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
 template <int kIters>
 constexpr int kLayerNormRowsPerWarp = kIters <= 2 ? 2 : 1;
 
+// The first of the kRows rows this warp takes.
+template <int kRows>
+__device__ __forceinline__ int64_t WarpFirstRow() {
+  return (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * kRows;
+}
+
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kThreads)
     LayerNormForwardKernel(const T* x, const T* gamma, const T* beta, const T* add, int64_t period,
@@ -862,8 +868,7 @@ __global__ void __launch_bounds__(kThreads)
   using VecT = Vec<T, V>;
   constexpr int kRows = kLayerNormRowsPerWarp<kIters>;
   const int lane = threadIdx.x % 32;
-  const int64_t first =
-      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * kRows;
+  const int64_t first = WarpFirstRow<kRows>();
   if (first >= rows) return;
   const int vectors = c / V;
   float v[kRows][kIters][V];
@@ -929,16 +934,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dy · γ, rows as in the forward.
+// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) (+ dres) with g = dy · γ, rows as in the forward.
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kThreads)
     LayerNormBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
-                            const T* gamma, T* dx, int64_t rows, int c) {
+                            const T* gamma, const T* dres, T* dx, int64_t rows, int c) {
   using VecT = Vec<T, V>;
   constexpr int kRows = kLayerNormRowsPerWarp<kIters>;
   const int lane = threadIdx.x % 32;
-  const int64_t first =
-      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * kRows;
+  const int64_t first = WarpFirstRow<kRows>();
   if (first >= rows) return;
   const int vectors = c / V;
   float xh[kRows][kIters][V], g[kRows][kIters][V];
@@ -989,10 +993,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int it = 0; it < kIters; ++it) {
       const int idx = it * 32 + lane;
       if (idx >= vectors) break;
-      VecT out;
+      VecT res, out;
+      if (dres) res = reinterpret_cast<const VecT*>(dres + row * c)[idx];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        out.v[e] = Store<T>(rs[r] * (g[r][it][e] - mean_g - xh[r][it][e] * mean_gx));
+        const float o = rs[r] * (g[r][it][e] - mean_g - xh[r][it][e] * mean_gx);
+        out.v[e] = Store<T>(dres ? o + Load(res.v[e]) : o);
       }
       dxr[idx] = out;
     }
@@ -1503,8 +1509,8 @@ int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* 
 }
 
 int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* mean,
-                      const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
-                      int64_t c, void* stream) {
+                      const float* rstd, const void* gamma, const void* dres, void* dx,
+                      float* partial, int64_t rows, int64_t c, void* stream) {
   if (!LayerNormFits(dtype, c) || rows < 0) return static_cast<int>(cudaErrorInvalidValue);
   const auto s = static_cast<cudaStream_t>(stream);
   if (rows == 0) {  // no rows: γ's and β's gradients are zero
@@ -1514,14 +1520,15 @@ int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* m
   }
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int error = WithRowVector<T>(c, {dy, x, gamma, dx}, [&](auto v) {
+    const int error = WithRowVector<T>(c, {dy, x, gamma, dres, dx}, [&](auto v) {
       constexpr int V = decltype(v)::value;
       return WithRowIters(c / V, [&](auto iters) {
         constexpr int kIters = decltype(iters)::value;
         LayerNormBackwardKernel<T, V, kIters>
             <<<RowBlocks(rows, kLayerNormRowsPerWarp<kIters>), kThreads, 0, s>>>(
                 static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
-                static_cast<const T*>(gamma), static_cast<T*>(dx), rows, static_cast<int>(c));
+                static_cast<const T*>(gamma), static_cast<const T*>(dres), static_cast<T*>(dx),
+                rows, static_cast<int>(c));
         return static_cast<int>(cudaGetLastError());
       });
     });

@@ -63,14 +63,15 @@ bool LayerNormFits(DType dtype, int64_t c);
 int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
                      const void* add, int64_t period, void* y, float* mean, float* rstd,
                      int64_t rows, int64_t c, float eps, void* stream);
-// dx from dy and the forward's input and statistics. Where partial is not null, also γ's and
+// dx from dy and the forward's input and statistics, + dres ([rows, c], may be null: the gradient
+// of x's other use, a residual's). Where partial is not null, also γ's and
 // β's gradients in pieces (a second kernel, reading x and dy by column strips): partial is
 // [LayerNormPartialBlocks(rows, c), 2, c] fp32, and the sum over its first dimension is
 // [Σ dy · x̂, Σ dy].
 int64_t LayerNormPartialBlocks(int64_t rows, int64_t c);
 int LayerNormBackward(DType dtype, const void* dy, const void* x, const float* mean,
-                      const float* rstd, const void* gamma, void* dx, float* partial, int64_t rows,
-                      int64_t c, void* stream);
+                      const float* rstd, const void* gamma, const void* dres, void* dx,
+                      float* partial, int64_t rows, int64_t c, void* stream);
 // Σ over the rows of dy [rows, c] (a linear layer's bias gradient), in pieces as above: partial
 // is [LayerNormPartialBlocks(rows, c), 2, c] and the sums are in [:, 1] (the [:, 0] are zero).
 int ColumnSums(DType dtype, const void* dy, float* partial, int64_t rows, int64_t c, void* stream);

@@ -103,6 +103,14 @@ torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor
   return LayerNorm(x, layer->weight, layer->bias, o.eps(), add);
 }
 
+std::pair<torch::Tensor, torch::Tensor> LayerNormResidualIn(const torch::nn::LayerNorm& layer,
+                                                            const torch::Tensor& x,
+                                                            const torch::Tensor& add) {
+  const auto& o = layer->options;
+  if (o.normalized_shape().size() != 1) return {LayerNormIn(layer, x, add), x};
+  return LayerNormResidual(x, layer->weight, layer->bias, o.eps(), add);
+}
+
 torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,
                                double freq_shift) {
   const int64_t half = dim / 2;
@@ -236,10 +244,12 @@ SpatialTransformerBlockImpl::SpatialTransformerBlockImpl(int64_t dim, int64_t he
 
 torch::Tensor SpatialTransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& context,
                                                    int64_t repeat) {
-  x = attn1(LayerNormIn(norm1, x)) + x;
-  x = attn2(LayerNormIn(norm2, x), context, repeat) + x;
-  x = ff(LayerNormIn(norm3, x)) + x;
-  return x;
+  auto [h1, r1] = LayerNormResidualIn(norm1, x);
+  x = attn1(h1) + r1;
+  auto [h2, r2] = LayerNormResidualIn(norm2, x);
+  x = attn2(h2, context, repeat) + r2;
+  auto [h3, r3] = LayerNormResidualIn(norm3, x);
+  return ff(h3) + r3;
 }
 
 Transformer2DImpl::Transformer2DImpl(int64_t channels, int64_t heads, int64_t context_dim,

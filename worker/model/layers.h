@@ -52,6 +52,11 @@ torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Te
 // layer_norm otherwise.
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
                           const torch::Tensor& add = {});
+// {LayerNormIn(layer, x, add), x} for x + f(LayerNorm(x)): the second is the residual to add,
+// whose gradient the fused kernel sums with the norm's (fused_ops.h, LayerNormResidual).
+std::pair<torch::Tensor, torch::Tensor> LayerNormResidualIn(const torch::nn::LayerNorm& layer,
+                                                            const torch::Tensor& x,
+                                                            const torch::Tensor& add = {});
 
 // Sinusoidal timestep features, [B] → [B, dim], fp32 (diffusers get_timestep_embedding).
 torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,

@@ -41,10 +41,12 @@ TemporalTransformerBlockImpl::TemporalTransformerBlockImpl(int64_t dim, int64_t 
 
 torch::Tensor TemporalTransformerBlockImpl::forward(torch::Tensor x) {
   // diffusers: pos_embed(norm(x)); the table is added inside the norm's pass.
-  x = attn1(LayerNormIn(norm1, x, pos_embed->Table(x))) + x;
-  x = attn2(LayerNormIn(norm2, x, pos_embed->Table(x))) + x;
-  x = ff(LayerNormIn(norm3, x)) + x;
-  return x;
+  auto [h1, r1] = LayerNormResidualIn(norm1, x, pos_embed->Table(x));
+  x = attn1(h1) + r1;
+  auto [h2, r2] = LayerNormResidualIn(norm2, x, pos_embed->Table(x));
+  x = attn2(h2) + r2;
+  auto [h3, r3] = LayerNormResidualIn(norm3, x);
+  return ff(h3) + r3;
 }
 
 MotionModuleImpl::MotionModuleImpl(int64_t channels, int64_t heads, int64_t groups, int64_t max_len)
