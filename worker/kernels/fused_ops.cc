@@ -147,9 +147,28 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
     torch::Tensor dweight, dbias;
     const bool weight_grad = weight.defined() && weight.requires_grad();
     const bool bias_grad = bias.defined() && bias.requires_grad();
-    if (weight_grad || bias_grad) {  // frozen in AnimateDiff's UNet; LibTorch operations here
-      auto [dw, db] = fused_reference::GroupNormSiluAffineBackward(dy, x, mean, rstd, weight, bias,
-                                                                   groups, silu);
+    if (weight_grad || bias_grad) {  // the motion modules' GroupNorm trains its γ and β
+      torch::Tensor dw, db;
+      if (UseKernel(x)) {
+#ifdef ADCTL_FUSED_CUDA
+        const c10::cuda::CUDAGuard guard(x.device());
+        const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
+        const auto dyx = dy.to(x.scalar_type());
+        const int64_t n = x.size(0), c = x.size(1);
+        auto sums = torch::empty({n, 2, c}, x.options().dtype(torch::kFloat));
+        Check(fused_cuda::GroupNormAffineBackward(
+                  KernelType(x), dyx.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
+                  rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), sums.data_ptr<float>(), n, c,
+                  x.numel() / (n * c), groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
+              "GroupNorm affine backward kernel");
+        const auto total = sums.sum(0);
+        dw = total[0];
+        db = total[1];
+#endif
+      } else {
+        std::tie(dw, db) = fused_reference::GroupNormSiluAffineBackward(dy, x, mean, rstd, weight,
+                                                                        bias, groups, silu);
+      }
       if (weight_grad) dweight = dw.to(weight.scalar_type());
       if (bias_grad) dbias = db.to(bias.scalar_type());
     }

@@ -177,6 +177,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// γ's and β's gradients of GroupNorm (+ SiLU), per sample: one warp per (sample, channel) row
+// of hw elements sums dz · x̂ and dz (dz = dy, or dy · SiLU'(z) with z = x̂ · γ + β) into
+// out[sample] ([2, c]; the caller sums the samples').
+template <typename T, int V, bool Silu>
+__global__ void __launch_bounds__(kThreads)
+    GroupNormAffineGradKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                              const T* gamma, const T* beta, float* out, int64_t n, int64_t c,
+                              int64_t hw, int64_t groups) {
+  using VecT = Vec<T, V>;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n * c) return;
+  const int64_t sample = row / c, channel = row % c;
+  const int64_t group = sample * groups + channel / (c / groups);
+  const float mu = mean[group], r = rstd[group];
+  const float gm = gamma ? Load(gamma[channel]) : 1.f, bt = beta ? Load(beta[channel]) : 0.f;
+  const VecT* xr = reinterpret_cast<const VecT*>(x + row * hw);
+  const VecT* dyr = reinterpret_cast<const VecT*>(dy + row * hw);
+  float sum_gx = 0.f, sum_g = 0.f;
+  for (int64_t i = lane; i < hw / V; i += 32) {
+    const VecT xv = xr[i], dv = dyr[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float xhat = (Load(xv.v[k]) - mu) * r;
+      float d = Load(dv.v[k]);
+      if (Silu) {
+        const float z = xhat * gm + bt, sg = Sigmoid(z);
+        d *= sg * (1.f + z * (1.f - sg));
+      }
+      sum_gx += d * xhat;
+      sum_g += d;
+    }
+  }
+  sum_gx = WarpSum(sum_gx);
+  sum_g = WarpSum(sum_g);
+  if (lane == 0) {
+    out[(sample * 2) * c + channel] = sum_gx;
+    out[(sample * 2 + 1) * c + channel] = sum_g;
+  }
+}
+
 // Element-wise over [rows, e] vectors of V, grid-stride.
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
@@ -946,6 +987,7 @@ __global__ void __launch_bounds__(kThreads)
   if (first >= rows) return;
   const int vectors = c / V;
   float xh[kRows][kIters][V], g[kRows][kIters][V];
+  VecT res[kRows][kIters];  // dres, loaded with x and dy (packed: half the registers in bf16)
   float m[kRows], rs[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -965,6 +1007,7 @@ __global__ void __launch_bounds__(kThreads)
       if (in) {
         xv = reinterpret_cast<const VecT*>(x + (first + r) * c)[idx];
         dv = reinterpret_cast<const VecT*>(dy + (first + r) * c)[idx];
+        if (dres) res[r][it] = reinterpret_cast<const VecT*>(dres + (first + r) * c)[idx];
       }
 #pragma unroll
       for (int e = 0; e < V; ++e) {
@@ -993,12 +1036,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int it = 0; it < kIters; ++it) {
       const int idx = it * 32 + lane;
       if (idx >= vectors) break;
-      VecT res, out;
-      if (dres) res = reinterpret_cast<const VecT*>(dres + row * c)[idx];
+      VecT out;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float o = rs[r] * (g[r][it][e] - mean_g - xh[r][it][e] * mean_gx);
-        out.v[e] = Store<T>(dres ? o + Load(res.v[e]) : o);
+        out.v[e] = Store<T>(dres ? o + Load(res[r][it].v[e]) : o);
       }
       dxr[idx] = out;
     }
@@ -1316,6 +1358,26 @@ int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const floa
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
           static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(dx), c, hw,
           groups);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int GroupNormAffineBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                            const float* rstd, const void* gamma, const void* beta, float* out,
+                            int64_t n, int64_t c, int64_t hw, int64_t groups, bool silu,
+                            void* stream) {
+  if (n < 1 || c < 1 || hw < 1 || groups < 1 || c % groups != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    WithVectorWidth(VectorWidth<T>(hw, {dy, x}), [&](auto v) {
+      auto kernel = silu ? GroupNormAffineGradKernel<T, decltype(v)::value, true>
+                         : GroupNormAffineGradKernel<T, decltype(v)::value, false>;
+      kernel<<<RowBlocks(n * c, 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+          static_cast<const T*>(gamma), static_cast<const T*>(beta), out, n, c, hw, groups);
     });
     return static_cast<int>(cudaGetLastError());
   });

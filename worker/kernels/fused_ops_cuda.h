@@ -25,6 +25,14 @@ int GroupNormSiluBackward(DType dtype, const void* dy, const void* x, const floa
                           int64_t n, int64_t c, int64_t hw, int64_t groups, bool silu,
                           void* stream);
 
+// γ's and β's gradients where they train (the motion modules' GroupNorm): out is [n, 2, c] fp32,
+// per sample [Σ dz · x̂, Σ dz] over its hw elements of each channel (dz = dy, or through the
+// SiLU); the caller sums the samples'.
+int GroupNormAffineBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                            const float* rstd, const void* gamma, const void* beta, float* out,
+                            int64_t n, int64_t c, int64_t hw, int64_t groups, bool silu,
+                            void* stream);
+
 // GEGLU: out[r, j] = h[r, j] · GELU(h[r, e + j]) (exact, erf GELU), out is [rows, e].
 int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream);
 
