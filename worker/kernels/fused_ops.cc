@@ -127,51 +127,45 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
     const int64_t groups = ctx->saved_data["groups"].toInt();
     const bool silu = ctx->saved_data["silu"].toBool();
     const auto dy = grads[0].contiguous();
-    torch::Tensor dx;
+    // γ and β train in the motion modules' GroupNorm; they are frozen in the UNet's.
+    const bool weight_grad = weight.defined() && weight.requires_grad();
+    const bool bias_grad = bias.defined() && bias.requires_grad();
+    torch::Tensor dx, dw, db;
     if (UseKernel(x)) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(x.device());
       const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
       const auto dyx = dy.to(x.scalar_type());
-      const int64_t n = x.size(0), c = x.size(1);
+      const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
+      const auto stream = c10::cuda::getCurrentCUDAStream().stream();
       dx = torch::empty_like(x);
-      Check(fused_cuda::GroupNormSiluBackward(
-                KernelType(x), dyx.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
-                rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), dx.data_ptr(), n, c,
-                x.numel() / (n * c), groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
+      Check(fused_cuda::GroupNormSiluBackward(KernelType(x), dyx.data_ptr(), x.data_ptr(),
+                                              mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                              PtrOrNull(w), PtrOrNull(b), dx.data_ptr(), n, c, hw,
+                                              groups, silu, stream),
             "GroupNorm backward kernel");
-#endif
-    } else {
-      dx = fused_reference::GroupNormSiluBackward(dy, x, mean, rstd, weight, bias, groups, silu);
-    }
-    torch::Tensor dweight, dbias;
-    const bool weight_grad = weight.defined() && weight.requires_grad();
-    const bool bias_grad = bias.defined() && bias.requires_grad();
-    if (weight_grad || bias_grad) {  // the motion modules' GroupNorm trains its γ and β
-      torch::Tensor dw, db;
-      if (UseKernel(x)) {
-#ifdef ADCTL_FUSED_CUDA
-        const c10::cuda::CUDAGuard guard(x.device());
-        const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
-        const auto dyx = dy.to(x.scalar_type());
-        const int64_t n = x.size(0), c = x.size(1);
+      if (weight_grad || bias_grad) {
         auto sums = torch::empty({n, 2, c}, x.options().dtype(torch::kFloat));
         Check(fused_cuda::GroupNormAffineBackward(
                   KernelType(x), dyx.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
                   rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), sums.data_ptr<float>(), n, c,
-                  x.numel() / (n * c), groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
+                  hw, groups, silu, stream),
               "GroupNorm affine backward kernel");
         const auto total = sums.sum(0);
         dw = total[0];
         db = total[1];
+      }
 #endif
-      } else {
+    } else {
+      dx = fused_reference::GroupNormSiluBackward(dy, x, mean, rstd, weight, bias, groups, silu);
+      if (weight_grad || bias_grad) {
         std::tie(dw, db) = fused_reference::GroupNormSiluAffineBackward(dy, x, mean, rstd, weight,
                                                                         bias, groups, silu);
       }
-      if (weight_grad) dweight = dw.to(weight.scalar_type());
-      if (bias_grad) dbias = db.to(bias.scalar_type());
     }
+    torch::Tensor dweight, dbias;
+    if (weight_grad) dweight = dw.to(weight.scalar_type());
+    if (bias_grad) dbias = db.to(bias.scalar_type());
     return {dx, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
