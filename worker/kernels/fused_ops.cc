@@ -38,6 +38,15 @@ torch::Tensor Normalized(const torch::Tensor& x, const torch::Tensor& mean,
   return ((xg - mean.to(type).unsqueeze(-1)) * rstd.to(type).unsqueeze(-1)).view(x.sizes());
 }
 
+// LayerNorm's x̂ = (x − mean) · rstd over rows of the last dimension: [rows, C] in the compute
+// type.
+torch::Tensor RowsNormalized(const torch::Tensor& x, const torch::Tensor& mean,
+                             const torch::Tensor& rstd) {
+  const auto type = ComputeType(x);
+  return (x.to(type).reshape({-1, x.size(-1)}) - mean.to(type).unsqueeze(-1)) *
+         rstd.to(type).unsqueeze(-1);
+}
+
 torch::Tensor Affine(const torch::Tensor& xhat, const torch::Tensor& weight,
                      const torch::Tensor& bias) {
   auto z = xhat;
@@ -777,8 +786,7 @@ torch::Tensor LayerNormBackward(const torch::Tensor& dy, const torch::Tensor& x,
                                 const torch::Tensor& weight) {
   const auto type = ComputeType(x);
   const int64_t c = x.size(-1);
-  auto xhat =
-      (x.to(type).reshape({-1, c}) - mean.to(type).unsqueeze(-1)) * rstd.to(type).unsqueeze(-1);
+  auto xhat = RowsNormalized(x, mean, rstd);
   auto g = dy.to(type).reshape({-1, c});
   if (weight.defined()) g = g * weight.to(type);
   auto dx = rstd.to(type).unsqueeze(-1) *
@@ -792,8 +800,7 @@ std::pair<torch::Tensor, torch::Tensor> LayerNormAffineBackward(const torch::Ten
                                                                 const torch::Tensor& rstd) {
   const auto type = ComputeType(x);
   const int64_t c = x.size(-1);
-  auto xhat =
-      (x.to(type).reshape({-1, c}) - mean.to(type).unsqueeze(-1)) * rstd.to(type).unsqueeze(-1);
+  auto xhat = RowsNormalized(x, mean, rstd);
   auto g = dy.to(type).reshape({-1, c});
   return {(g * xhat).sum(0), g.sum(0)};
 }

@@ -41,9 +41,10 @@ TemporalTransformerBlockImpl::TemporalTransformerBlockImpl(int64_t dim, int64_t 
 
 torch::Tensor TemporalTransformerBlockImpl::forward(torch::Tensor x) {
   // diffusers: pos_embed(norm(x)); the table is added inside the norm's pass.
-  auto [h1, r1] = LayerNormResidualIn(norm1, x, pos_embed->Table(x));
+  const auto table = pos_embed->Table(x);
+  auto [h1, r1] = LayerNormResidualIn(norm1, x, table);
   x = attn1(h1) + r1;
-  auto [h2, r2] = LayerNormResidualIn(norm2, x, pos_embed->Table(x));
+  auto [h2, r2] = LayerNormResidualIn(norm2, x, table);
   x = attn2(h2) + r2;
   auto [h3, r3] = LayerNormResidualIn(norm3, x);
   return ff(h3) + r3;
