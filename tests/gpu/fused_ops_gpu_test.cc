@@ -133,6 +133,61 @@ TEST_F(FusedOpsGpuTest, GroupNormSiluInBf16IsWithinBf16RoundingOfFp32) {
   }
 }
 
+// The channels-last kernels (the UNet's layout on CUDA): SD1.5's feature maps at 16×256² batch 8
+// stored NHWC, a motion module's 5-D clip view (statistics over a clip's frames), a far-off mean
+// (the shifted sums), odd widths (narrow vectors); values, x's gradient and trained γ, β against
+// LibTorch's GroupNorm of the same values, fp32 within 1e-5, bf16 within bf16 rounding. The
+// output keeps the input's layout.
+TEST_F(FusedOpsGpuTest, ChannelsLastGroupNormMatchesTheComposition) {
+  torch::manual_seed(11);
+  const auto o = torch::TensorOptions().device(torch::kCUDA);
+  struct Case {
+    std::vector<int64_t> dims;    // NCHW sizes of the stored channels-last map
+    int64_t groups, clip_frames;  // clip_frames > 0: normalised as [B, C, F, H, W] clips
+    double shift;
+  };
+  const std::vector<Case> cases = {
+      {{128, 320, 32, 32}, 32, 0, 0.5}, {{128, 960, 32, 32}, 32, 0, 0.5},
+      {{128, 1280, 4, 4}, 32, 0, 0.5},  {{128, 320, 32, 32}, 32, 16, 0.5},
+      {{16, 640, 16, 16}, 32, 16, 0.5}, {{32, 320, 8, 8}, 32, 0, 40.0},
+      {{6, 12, 5, 3}, 3, 0, 0.5},       {{4, 96, 7, 5}, 32, 2, 0.5}};
+  for (const auto& k : cases) {
+    for (const bool silu : {true, false}) {
+      for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+        const int64_t c = k.dims[1];
+        auto stored = (torch::randn(k.dims, o) * 2 + k.shift)
+                          .to(dtype)
+                          .contiguous(at::MemoryFormat::ChannelsLast);
+        auto view = [&](const torch::Tensor& t) {
+          if (k.clip_frames == 0) return t;
+          return t.view({k.dims[0] / k.clip_frames, k.clip_frames, c, k.dims[2], k.dims[3]})
+              .permute({0, 2, 1, 3, 4});
+        };
+        auto x = view(stored).detach().requires_grad_();
+        ASSERT_TRUE(IsChannelsLast(x));
+        auto w = torch::randn({c}, o).requires_grad_(), b = torch::randn({c}, o).requires_grad_();
+        auto dy = torch::randn(x.sizes(), o).to(dtype);
+        auto xt = x.detach().to(torch::kFloat).contiguous().requires_grad_();
+        auto wt = w.detach().to(dtype).to(torch::kFloat).requires_grad_();
+        auto bt = b.detach().to(dtype).to(torch::kFloat).requires_grad_();
+        auto truth = GroupNormComposition(xt, k.groups, wt, bt, 1e-5, silu);
+        auto tg = torch::autograd::grad({truth}, {xt, wt, bt}, {dy.to(torch::kFloat)});
+        auto out = GroupNormKernels(x, k.groups, w.to(dtype), b.to(dtype), 1e-5, silu);
+        EXPECT_TRUE(IsChannelsLast(out)) << k.dims;
+        auto g = torch::autograd::grad({out}, {x, w, b}, {dy});
+        const double tol = dtype == torch::kFloat ? 1e-5 : 8e-3;
+        const std::string what = ::testing::PrintToString(k.dims) + " frames " +
+                                 std::to_string(k.clip_frames) + " silu " + std::to_string(silu) +
+                                 " " + std::string(c10::toString(dtype));
+        EXPECT_LT(RelativeError(out, truth), tol) << what;
+        EXPECT_LT(RelativeError(g[0], tg[0]), tol) << "dx " << what;
+        EXPECT_LT(RelativeError(g[1], tg[1]), tol) << "dw " << what;
+        EXPECT_LT(RelativeError(g[2], tg[2]), tol) << "db " << what;
+      }
+    }
+  }
+}
+
 // The token layout changes are exact: a transpose moves values, and the residual add rounds
 // fp32's sum once, as LibTorch's add does.
 TEST_F(FusedOpsGpuTest, TransposesAreExact) {
@@ -369,6 +424,58 @@ TEST_F(FusedOpsGpuTest, ShortAttentionMatchesTheComposition) {
   }
 }
 
+// A channels-last clip's rows [B, F, H·W, 3 · inner]: each pixel's frames read H·W rows apart
+// give what the same sequences gathered as [B·H·W, F, ·] give (tensor-core, warp and block
+// kernels), in the clip's layout.
+TEST_F(FusedOpsGpuTest, ShortAttentionOnClipRowsIsTheGatheredSequences) {
+  torch::manual_seed(12);
+  const auto o = torch::TensorOptions().device(torch::kCUDA);
+  for (const auto& [b, length, p, heads, d] :
+       {std::array<int64_t, 5>{2, 16, 256, 8, 40}, std::array<int64_t, 5>{2, 16, 64, 8, 160},
+        std::array<int64_t, 5>{3, 7, 5, 3, 13}, std::array<int64_t, 5>{2, 24, 9, 2, 32}}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      auto qkv = torch::randn({b, length, p, 3 * heads * d}, o).to(dtype).requires_grad_();
+      auto dout = torch::randn({b, length, p, heads * d}, o).to(dtype);
+      ASSERT_TRUE(ShortAttentionApplies(qkv, heads * d, heads));
+      auto out = FusedShortSelfAttention(qkv, heads);
+      auto g = torch::autograd::grad({out}, {qkv}, {dout})[0];
+      auto seq = qkv.detach().permute({0, 2, 1, 3}).reshape({b * p, length, -1}).requires_grad_();
+      auto ref = FusedShortSelfAttention(seq, heads);
+      auto ref_g = torch::autograd::grad(
+          {ref}, {seq}, {dout.permute({0, 2, 1, 3}).reshape({b * p, length, -1})})[0];
+      auto back = [&](const torch::Tensor& t) {
+        return t.view({b, p, length, t.size(-1)}).permute({0, 2, 1, 3});
+      };
+      EXPECT_LT(RelativeError(out, back(ref)), 1e-6) << length << " " << d << " " << dtype;
+      EXPECT_LT(RelativeError(g, back(ref_g)), 1e-6) << length << " " << d << " " << dtype;
+    }
+  }
+}
+
+// The positions on a clip's rows: LayerNorm with the table's row (r / H·W) mod F added, against
+// the composition (fp32 1e-5, bf16 within rounding).
+TEST_F(FusedOpsGpuTest, LayerNormAddsPositionsByFrameOnClipRows) {
+  torch::manual_seed(13);
+  const auto o = torch::TensorOptions().device(torch::kCUDA);
+  for (const auto& dims :
+       {std::vector<int64_t>{8, 16, 1024, 320}, std::vector<int64_t>{2, 5, 7, 16}}) {
+    const int64_t f = dims[1], p = dims[2], c = dims[3];
+    auto x32 = torch::randn(dims, o) * 2 + 0.5, d32 = torch::randn(dims, o);
+    auto w = torch::randn({c}, o), table = torch::randn({f, c}, o);
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      auto xt = x32.to(dtype).to(torch::kFloat).requires_grad_();
+      auto truth = torch::layer_norm(xt, {c}, w, {}, 1e-5) + table.view({1, f, 1, c});
+      auto tdx = torch::autograd::grad({truth}, {xt}, {d32.to(dtype).to(torch::kFloat)})[0];
+      auto x = x32.to(dtype).requires_grad_();
+      auto out = LayerNorm(x, w, {}, 1e-5, table, p);
+      auto dx = torch::autograd::grad({out}, {x}, {d32.to(dtype)})[0];
+      const double tol = dtype == torch::kFloat ? 1e-5 : 8e-3;
+      EXPECT_LT(RelativeError(out, truth), tol) << dims << " " << dtype;
+      EXPECT_LT(RelativeError(dx, tdx), tol) << dims << " " << dtype;
+    }
+  }
+}
+
 #if defined(ADCTL_WITH_CUDA)
 TEST_F(FusedOpsGpuTest, KernelsFollowTheCurrentStream) {
   // The step's CUDA graph is captured on a side stream: the kernels must run on the current one.
@@ -400,12 +507,13 @@ TEST_F(FusedOpsGpuTest, Bf16UNetWithFusedKernelsFollowsFp32) {
   ASSERT_TRUE(io.ok()) << io.status().ToString();
   auto& t = *io;
   // pred and the motion modules' gradients of one forward/backward in `dtype`.
-  auto run = [&](torch::ScalarType dtype, bool fused) {
+  auto run = [&](torch::ScalarType dtype, bool fused, bool channels_last = false) {
     SetFusedKernels(fused);
     auto loaded = LoadUNet3D(src, "auto");
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     auto model = loaded->model;
     model->to(torch::kCUDA, dtype);
+    model->set_channels_last(channels_last);
     model->FreezeAllButMotionModules();
     auto pred = model->forward(t["sample"].cuda().to(dtype), t["timesteps"].cuda(),
                                t["encoder_hidden_states"].cuda().to(dtype));
@@ -420,13 +528,25 @@ TEST_F(FusedOpsGpuTest, Bf16UNetWithFusedKernelsFollowsFp32) {
   const auto fp32 = run(torch::kFloat, false);
   const auto fused = run(torch::kBFloat16, true);
   const auto plain = run(torch::kBFloat16, false);
+  // The trainer's configuration on CUDA: channels-last feature maps with the kernels; in fp32
+  // it is the contiguous model's arithmetic up to the order of sums.
+  const auto rows = run(torch::kBFloat16, true, true);
+  const auto rows32 = run(torch::kFloat, true, true);
   SetFusedKernels(true);
+  ASSERT_EQ(rows32.size(), fp32.size());
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    if (fp32[i].norm().item<double>() == 0) continue;
+    EXPECT_LT(RelativeError(rows32[i], fp32[i]), 1e-4) << "channels-last fp32, tensor " << i;
+  }
+
   ASSERT_EQ(fused.size(), fp32.size());
   const double pred_fused = RelativeError(fused[0], fp32[0]);
   const double pred_plain = RelativeError(plain[0], fp32[0]);
   EXPECT_LT(pred_fused, 2e-2);
   EXPECT_LT(pred_fused, 1.5 * pred_plain + 1e-3)
       << "fused " << pred_fused << " plain " << pred_plain;
+  const double pred_rows = RelativeError(rows[0], fp32[0]);
+  EXPECT_LT(pred_rows, 1.5 * pred_plain + 1e-3) << "channels-last " << pred_rows;
   double worst_fused = 0, worst_plain = 0;
   for (size_t i = 1; i < fp32.size(); ++i) {
     if (fp32[i].norm().item<double>() == 0) continue;
@@ -435,6 +555,13 @@ TEST_F(FusedOpsGpuTest, Bf16UNetWithFusedKernelsFollowsFp32) {
   }
   EXPECT_LT(worst_fused, 1.5 * worst_plain + 1e-2)
       << "fused " << worst_fused << " plain " << worst_plain;
+  double worst_rows = 0;
+  for (size_t i = 1; i < fp32.size(); ++i) {
+    if (fp32[i].norm().item<double>() == 0) continue;
+    worst_rows = std::max(worst_rows, RelativeError(rows[i], fp32[i]));
+  }
+  EXPECT_LT(worst_rows, 1.5 * worst_plain + 1e-2)
+      << "channels-last " << worst_rows << " plain " << worst_plain;
 }
 
 }  // namespace

@@ -61,6 +61,29 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedGroupNormSiluTest,
                                            GroupNormCase{{2, 12, 7}, 2, true},
                                            GroupNormCase{{2, 8, 1, 1}, 2, true}));
 
+// Channels-last input (a UNet feature map on CUDA, a motion module's 5-D clip view) keeps its
+// layout through the fused GroupNorm, values and gradients those of the composition.
+TEST(FusedGroupNormSilu, ChannelsLastInputKeepsItsLayout) {
+  torch::manual_seed(17);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  auto base = torch::randn({6, 8, 3, 5}, opts).contiguous(at::MemoryFormat::ChannelsLast) * 2 + 1;
+  auto w = torch::randn({8}, opts).requires_grad_(), b = torch::randn({8}, opts).requires_grad_();
+  for (const bool clip : {false, true}) {
+    auto x = (clip ? base.view({2, 3, 8, 3, 5}).permute({0, 2, 1, 3, 4}) : base).detach();
+    x.requires_grad_();
+    ASSERT_TRUE(IsChannelsLast(x));
+    auto dy = torch::randn(x.sizes(), opts);
+    auto ref = torch::silu(torch::group_norm(x.contiguous(), 4, w, b, 1e-5));
+    auto ref_grads = torch::autograd::grad({ref}, {x, w, b}, {dy});
+    auto out = FusedGroupNormSilu(x, 4, w, b, 1e-5);
+    EXPECT_TRUE(IsChannelsLast(out)) << clip;
+    auto grads = torch::autograd::grad({out}, {x, w, b}, {dy});
+    EXPECT_LT(MaxRelative(out, ref), 1e-12) << clip;
+    for (int i = 0; i < 3; ++i) EXPECT_LT(MaxRelative(grads[i], ref_grads[i]), 1e-10) << i;
+  }
+  EXPECT_FALSE(IsChannelsLast(torch::randn({2, 8, 3, 5})));
+}
+
 TEST(FusedGroupNormSilu, StatisticsAreTheGroupsMeanAndInverseDeviation) {
   auto x = torch::tensor({1.0f, 3.0f, 5.0f, 7.0f, 2.0f, 2.0f, 2.0f, 6.0f}).view({1, 4, 2});
   auto r = fused_reference::GroupNormSiluForward(x, 2, {}, {}, 0.0);
@@ -143,6 +166,26 @@ TEST(FusedShortAttention, ValuesAndGradientsAreTheComposition) {
   }
 }
 
+// A channels-last clip's rows [B, L, P, 3 · inner]: the B·P sequences over L, P rows apart,
+// give what the same sequences gathered as [B·P, L, ·] give, in the clip's layout.
+TEST(FusedShortAttention, ClipRowsAreTheInterleavedSequences) {
+  torch::manual_seed(15);
+  const int64_t b = 2, length = 5, p = 3, heads = 2, d = 4;
+  auto qkv = torch::randn({b, length, p, 3 * heads * d}, torch::kDouble).requires_grad_();
+  auto dout = torch::randn({b, length, p, heads * d}, torch::kDouble);
+  auto out = FusedShortSelfAttention(qkv, heads);
+  ASSERT_EQ(out.sizes(), dout.sizes());
+  auto grad = torch::autograd::grad({out}, {qkv}, {dout})[0];
+  auto seq = qkv.permute({0, 2, 1, 3}).reshape({b * p, length, -1});
+  auto parts = seq.chunk(3, -1);
+  auto ref = AttentionComposition(parts[0], parts[1], parts[2], heads)
+                 .view({b, p, length, heads * d})
+                 .permute({0, 2, 1, 3});
+  auto ref_grad = torch::autograd::grad({ref}, {qkv}, {dout})[0];
+  EXPECT_LT(MaxRelative(out, ref), 1e-12);
+  EXPECT_LT(MaxRelative(grad, ref_grad), 1e-10);
+}
+
 TEST(FusedShortAttention, LogSumExpIsPerSequenceHeadAndQuery) {
   // One head, keys equal: every score is the same, so lse = score + log L.
   auto q = torch::ones({1, 4, 2}, torch::kDouble), k = torch::ones({1, 4, 2}, torch::kDouble);
@@ -216,6 +259,26 @@ TEST(FusedLayerNorm, ValuesAndGradientsAreTheComposition) {
 
 // A residual block x + f(LayerNorm(x)) on the pass-through output: x's gradient is the sum of
 // both uses', computed in the norm's backward.
+// The positions on a channels-last clip's rows [B, F, P, C]: row r takes the table's row
+// (r / P) mod F (repeat P), and the table's gradient sums its rows' uses.
+TEST(FusedLayerNorm, RepeatAddsEachTableRowToConsecutiveRows) {
+  torch::manual_seed(16);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  auto x = (torch::randn({2, 4, 3, 10}, opts) - 0.3).requires_grad_();
+  auto w = torch::randn({10}, opts).requires_grad_();
+  auto table = torch::randn({4, 10}, opts).requires_grad_();
+  auto dy = torch::randn({2, 4, 3, 10}, opts);
+  auto ref = torch::layer_norm(x, {10}, w, {}, 1e-5) + table.view({1, 4, 1, 10});
+  auto ref_grads = torch::autograd::grad({ref}, {x, w, table}, {dy});
+  for (const bool fused : {true, false}) {
+    auto out =
+        fused ? FusedLayerNorm(x, w, {}, 1e-5, table, 3) : LayerNorm(x, w, {}, 1e-5, table, 3);
+    auto grads = torch::autograd::grad({out}, {x, w, table}, {dy});
+    EXPECT_LT(MaxRelative(out, ref), 1e-12) << fused;
+    for (int i = 0; i < 3; ++i) EXPECT_LT(MaxRelative(grads[i], ref_grads[i]), 1e-10) << i;
+  }
+}
+
 TEST(FusedLayerNorm, ResidualPassThroughCarriesItsGradient) {
   torch::manual_seed(8);
   const auto opts = torch::TensorOptions().dtype(torch::kDouble);

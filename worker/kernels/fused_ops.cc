@@ -96,14 +96,57 @@ torch::Tensor KernelParam(const torch::Tensor& p, const torch::Tensor& x) {
 bool UseKernel(const torch::Tensor&) { return false; }
 #endif
 
+// The kernels read 16 bytes at a time from 16-byte aligned rows: a view that starts elsewhere is
+// copied first.
+torch::Tensor Aligned(const torch::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+}
+
+// t (x's shape) in x's memory layout: a copy where the strides differ.
+torch::Tensor SameLayout(const torch::Tensor& t, const torch::Tensor& x) {
+  if (t.strides() == x.strides()) return t;
+  return torch::empty_like(x, t.options()).copy_(t);
+}
+
+// The channels-last GroupNorm kernels serve x: a CUDA tensor stored channels-last whose
+// channels split into groups they take.
+bool ChannelsLastKernelApplies(const torch::Tensor& x, int64_t groups) {
+#ifdef ADCTL_FUSED_CUDA
+  return UseKernel(x) && IsChannelsLast(x) && x.size(0) <= 65535 &&
+         fused_cuda::GroupNormChannelsLastFits(KernelType(x), x.size(1), groups);
+#else
+  (void)x, (void)groups;
+  return false;
+#endif
+}
+
 class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                int64_t groups, double eps, bool silu) {
-    auto x = input.contiguous();
+    // Channels-last input stays so (its kernels read rows of channels); anything else is made
+    // contiguous.
+    const bool rows = ChannelsLastKernelApplies(input, groups);
+    auto x = rows ? Aligned(input) : input.contiguous();
     torch::Tensor y, mean, rstd;
-    if (UseKernel(x)) {
+    if (rows) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(x.device());
+      const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
+      const int64_t n = x.size(0), c = x.size(1), s = x.numel() / (n * c);
+      y = torch::empty_like(x);
+      mean = torch::empty({n, groups}, x.options().dtype(torch::kFloat));
+      rstd = torch::empty_like(mean);
+      auto partial = torch::empty({n, fused_cuda::GroupNormChannelsLastChunks(n, s), groups, 2},
+                                  mean.options());
+      Check(fused_cuda::GroupNormChannelsLastForward(
+                KernelType(x), x.data_ptr(), PtrOrNull(w), PtrOrNull(b), y.data_ptr(),
+                mean.data_ptr<float>(), rstd.data_ptr<float>(), partial.data_ptr<float>(), n, s, c,
+                groups, static_cast<float>(eps), silu, c10::cuda::getCurrentCUDAStream().stream()),
+            "channels-last GroupNorm forward kernel");
+#endif
+    } else if (UseKernel(x)) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(x.device());
       const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
@@ -119,7 +162,7 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
 #endif
     } else {
       auto r = fused_reference::GroupNormSiluForward(x, groups, weight, bias, eps, silu);
-      y = r.y;
+      y = SameLayout(r.y, input);
       mean = r.mean;
       rstd = r.rstd;
     }
@@ -135,12 +178,37 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
                &rstd = saved[4];
     const int64_t groups = ctx->saved_data["groups"].toInt();
     const bool silu = ctx->saved_data["silu"].toBool();
-    const auto dy = grads[0].contiguous();
+    const bool rows = ChannelsLastKernelApplies(x, groups);
+    const auto dy =
+        rows ? Aligned(SameLayout(grads[0].to(x.scalar_type()), x)) : grads[0].contiguous();
     // γ and β train in the motion modules' GroupNorm; they are frozen in the UNet's.
     const bool weight_grad = weight.defined() && weight.requires_grad();
     const bool bias_grad = bias.defined() && bias.requires_grad();
     torch::Tensor dx, dw, db;
-    if (UseKernel(x)) {
+    if (rows) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(x.device());
+      const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
+      const int64_t n = x.size(0), c = x.size(1), s = x.numel() / (n * c);
+      const int64_t chunks = fused_cuda::GroupNormChannelsLastChunks(n, s);
+      const auto f32 = x.options().dtype(torch::kFloat);
+      auto partial = torch::empty({n, chunks, groups, 2}, f32);
+      torch::Tensor sums;
+      if (weight_grad || bias_grad) sums = torch::empty({n * chunks, 2, c}, f32);
+      dx = torch::empty_like(x);
+      Check(fused_cuda::GroupNormChannelsLastBackward(
+                KernelType(x), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
+                rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), dx.data_ptr(),
+                partial.data_ptr<float>(), sums.defined() ? sums.data_ptr<float>() : nullptr, n, s,
+                c, groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
+            "channels-last GroupNorm backward kernel");
+      if (sums.defined()) {
+        const auto total = sums.sum(0);
+        dw = total[0];
+        db = total[1];
+      }
+#endif
+    } else if (UseKernel(x)) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(x.device());
       const auto w = KernelParam(weight, x), b = KernelParam(bias, x);
@@ -166,7 +234,8 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
       }
 #endif
     } else {
-      dx = fused_reference::GroupNormSiluBackward(dy, x, mean, rstd, weight, bias, groups, silu);
+      dx = SameLayout(
+          fused_reference::GroupNormSiluBackward(dy, x, mean, rstd, weight, bias, groups, silu), x);
       if (weight_grad || bias_grad) {
         std::tie(dw, db) = fused_reference::GroupNormSiluAffineBackward(dy, x, mean, rstd, weight,
                                                                         bias, groups, silu);
@@ -225,8 +294,33 @@ class GegluFunction : public torch::autograd::Function<GegluFunction> {
   }
 };
 
-// Self-attention on one projection's output qkv = [q, k, v] ([N, L, 3 · inner]): the kernels read
-// the thirds in place and write dq, dk, dv into one gradient, so neither direction copies.
+// Self-attention on one projection's output qkv = [q, k, v] ([N, L, 3 · inner], or a
+// channels-last clip's [B, L, P, 3 · inner] with the B · P sequences over L interleaved): the
+// kernels read the thirds in place and write dq, dk, dv into one gradient, so neither direction
+// copies.
+#ifdef ADCTL_FUSED_CUDA
+struct AttentionGeometry {
+  int64_t sequences, length, interleave, inner;
+};
+
+AttentionGeometry GeometryOf(const torch::Tensor& qkv) {
+  const int64_t interleave = qkv.dim() == 4 ? qkv.size(2) : 1;
+  return {qkv.size(0) * interleave, qkv.size(1), interleave, qkv.size(-1) / 3};
+}
+#endif
+
+// [B, L, P, ·] clip rows → [B·P, L, ·] sequences (a copy; the reference path's), and back.
+torch::Tensor Sequences(const torch::Tensor& t) {
+  if (t.dim() == 3) return t;
+  return t.permute({0, 2, 1, 3}).reshape({t.size(0) * t.size(2), t.size(1), t.size(3)});
+}
+torch::Tensor ClipRows(const torch::Tensor& t, const torch::Tensor& like) {
+  if (like.dim() == 3) return t;
+  return t.view({like.size(0), like.size(2), like.size(1), t.size(-1)})
+      .permute({0, 2, 1, 3})
+      .contiguous();
+}
+
 class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t heads) {
@@ -234,24 +328,26 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
     torch::Tensor out, lse;
     if (UseKernel(qkv)) {
 #ifdef ADCTL_FUSED_CUDA
-      const int64_t n = qkv.size(0), length = qkv.size(1), inner = qkv.size(2) / 3;
       const c10::cuda::CUDAGuard guard(qkv.device());
-      const int64_t d = inner / heads;
-      out = torch::empty({n, length, inner}, qkv.options());
-      lse = torch::empty({n * heads, length}, qkv.options().dtype(torch::kFloat));
+      const auto g = GeometryOf(qkv);
+      const int64_t d = g.inner / heads;
+      auto sizes = qkv.sizes().vec();
+      sizes.back() = g.inner;
+      out = torch::empty(sizes, qkv.options());
+      lse = torch::empty({g.sequences * heads, g.length}, qkv.options().dtype(torch::kFloat));
       const auto* base = static_cast<const char*>(qkv.data_ptr());
-      const int64_t third = inner * qkv.element_size();
+      const int64_t third = g.inner * qkv.element_size();
       Check(fused_cuda::ShortAttentionForward(
                 KernelType(qkv), base, base + third, base + 2 * third, out.data_ptr(),
-                lse.data_ptr<float>(), n, length, heads, d, 3 * inner,
+                lse.data_ptr<float>(), g.sequences, g.length, heads, d, 3 * g.inner, g.interleave,
                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                 c10::cuda::getCurrentCUDAStream().stream()),
             "short attention forward kernel");
 #endif
     } else {
-      auto parts = qkv.chunk(3, -1);
+      auto parts = Sequences(qkv).chunk(3, -1);
       auto r = fused_reference::ShortAttentionForward(parts[0], parts[1], parts[2], heads);
-      out = r.out;
+      out = ClipRows(r.out, qkv);
       lse = r.lse;
     }
     ctx->save_for_backward({qkv, lse});
@@ -267,35 +363,28 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
     if (UseKernel(qkv)) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(qkv.device());
-      const int64_t n = qkv.size(0), length = qkv.size(1), inner = qkv.size(2) / 3;
-      const int64_t d = inner / heads;
+      const auto g = GeometryOf(qkv);
+      const int64_t d = g.inner / heads;
       auto dqkv = torch::empty_like(qkv);
       const auto* base = static_cast<const char*>(qkv.data_ptr());
       auto* dbase = static_cast<char*>(dqkv.data_ptr());
-      const int64_t third = inner * qkv.element_size();
+      const int64_t third = g.inner * qkv.element_size();
       Check(fused_cuda::ShortAttentionBackward(
                 KernelType(qkv), dout.data_ptr(), base, base + third, base + 2 * third,
-                lse.data_ptr<float>(), dbase, dbase + third, dbase + 2 * third, n, length, heads, d,
-                3 * inner, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                lse.data_ptr<float>(), dbase, dbase + third, dbase + 2 * third, g.sequences,
+                g.length, heads, d, 3 * g.inner, g.interleave,
+                static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                 c10::cuda::getCurrentCUDAStream().stream()),
             "short attention backward kernel");
       return {dqkv, torch::Tensor()};
 #endif
     }
-    auto parts = qkv.chunk(3, -1);
-    auto g =
-        fused_reference::ShortAttentionBackward(dout, parts[0], parts[1], parts[2], lse, heads);
-    return {torch::cat(g, -1), torch::Tensor()};
+    auto parts = Sequences(qkv).chunk(3, -1);
+    auto grad = fused_reference::ShortAttentionBackward(Sequences(dout), parts[0], parts[1],
+                                                        parts[2], lse, heads);
+    return {ClipRows(torch::cat(grad, -1), qkv), torch::Tensor()};
   }
 };
-
-#ifdef ADCTL_FUSED_CUDA
-// The kernels read 16 bytes at a time from 16-byte aligned rows: a view that starts elsewhere is
-// copied first.
-torch::Tensor Aligned(const torch::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
-}
-#endif
 
 // LayerNorm over the last dimension (+ add [P, C], row r of x as [rows, C] taking add's row
 // r mod P). weight and bias are [C] in any float type (the motion modules' fp32 parameters are
@@ -307,7 +396,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               const torch::Tensor& add, double eps) {
+                               const torch::Tensor& add, double eps, int64_t repeat) {
     auto x = input.contiguous();
     torch::Tensor y, mean, rstd;
     if (UseKernel(x)) {
@@ -322,13 +411,13 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
       rstd = torch::empty_like(mean);
       Check(fused_cuda::LayerNormForward(
                 KernelType(x), x.data_ptr(), w.data_ptr(), b.data_ptr(),
-                a.numel() > 0 ? a.data_ptr() : nullptr, a.numel() > 0 ? a.size(0) : 1, y.data_ptr(),
-                mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, c, static_cast<float>(eps),
-                c10::cuda::getCurrentCUDAStream().stream()),
+                a.numel() > 0 ? a.data_ptr() : nullptr, a.numel() > 0 ? a.size(0) : 1, repeat,
+                y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, c,
+                static_cast<float>(eps), c10::cuda::getCurrentCUDAStream().stream()),
             "LayerNorm forward kernel");
 #endif
     } else {
-      auto r = fused_reference::LayerNormForward(x, weight, bias, eps, add);
+      auto r = fused_reference::LayerNormForward(x, weight, bias, eps, add, repeat);
       y = r.y;
       mean = r.mean;
       rstd = r.rstd;
@@ -336,6 +425,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["add_grad"] = add.requires_grad();
     ctx->saved_data["period"] = add.numel() > 0 ? add.size(0) : int64_t{1};
+    ctx->saved_data["repeat"] = repeat;
     return {y, input};
   }
 
@@ -384,9 +474,10 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     }
     if (ctx->saved_data["add_grad"].toBool()) {
       const int64_t period = ctx->saved_data["period"].toInt();
-      dadd = dy.reshape({-1, period, c}).sum(0);
+      const int64_t repeat = ctx->saved_data["repeat"].toInt();
+      dadd = dy.reshape({-1, period, repeat, c}).sum(std::vector<int64_t>{0, 2});
     }
-    return {dx, dweight, dbias, dadd, torch::Tensor()};
+    return {dx, dweight, dbias, dadd, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -482,6 +573,10 @@ bool TransposeFits(const torch::Tensor& x) {
 
 }  // namespace
 
+bool IsChannelsLast(const torch::Tensor& x) {
+  return x.dim() >= 3 && !x.is_contiguous() && x.movedim(1, -1).is_contiguous();
+}
+
 bool FusedKernelsBuilt() {
 #ifdef ADCTL_FUSED_CUDA
   return true;
@@ -545,8 +640,8 @@ torch::Tensor FusedGeglu(const torch::Tensor& h) {
 std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(const torch::Tensor& x,
                                                                const torch::Tensor& weight,
                                                                const torch::Tensor& bias,
-                                                               double eps,
-                                                               const torch::Tensor& add) {
+                                                               double eps, const torch::Tensor& add,
+                                                               int64_t repeat) {
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "LayerNorm: x needs a last dimension, got ",
               x.sizes());
   const int64_t c = x.size(-1), rows = x.numel() / c;
@@ -557,19 +652,23 @@ std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(const torch::Tens
   const auto o = x.options().requires_grad(false);
   torch::Tensor table = torch::empty({0}, o);
   if (add.defined()) {
-    TORCH_CHECK(add.numel() > 0 && add.size(-1) == c && rows % (add.numel() / c) == 0,
-                "LayerNorm: the added table ", add.sizes(), " must be [P, ", c,
-                "] with P dividing the ", rows, " rows");
+    TORCH_CHECK(repeat >= 1 && add.numel() > 0 && add.size(-1) == c &&
+                    rows % (add.numel() / c * repeat) == 0,
+                "LayerNorm: the added table ", add.sizes(), " must be [P, ", c, "] with P",
+                repeat == 1 ? "" : " · " + std::to_string(repeat) + " (its rows' repeat)",
+                " dividing the ", rows, " rows");
     table = add.reshape({-1, c});
   }
-  auto out = LayerNormFunction::apply(x, weight.defined() ? weight : torch::ones({c}, o),
-                                      bias.defined() ? bias : torch::zeros({c}, o), table, eps);
+  auto out =
+      LayerNormFunction::apply(x, weight.defined() ? weight : torch::ones({c}, o),
+                               bias.defined() ? bias : torch::zeros({c}, o), table, eps, repeat);
   return {out[0], out[1]};
 }
 
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
-                             const torch::Tensor& bias, double eps, const torch::Tensor& add) {
-  return FusedLayerNormResidual(x, weight, bias, eps, add).first;
+                             const torch::Tensor& bias, double eps, const torch::Tensor& add,
+                             int64_t repeat) {
+  return FusedLayerNormResidual(x, weight, bias, eps, add, repeat).first;
 }
 
 namespace {
@@ -585,21 +684,24 @@ bool LayerNormKernelApplies(const torch::Tensor& x) {
 }  // namespace
 
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
-                        const torch::Tensor& bias, double eps, const torch::Tensor& add) {
-  if (LayerNormKernelApplies(x)) return FusedLayerNorm(x, weight, bias, eps, add);
+                        const torch::Tensor& bias, double eps, const torch::Tensor& add,
+                        int64_t repeat) {
+  if (LayerNormKernelApplies(x)) return FusedLayerNorm(x, weight, bias, eps, add, repeat);
   const auto as = [&x](const torch::Tensor& p) { return p.defined() ? p.to(x.scalar_type()) : p; };
   auto y = torch::layer_norm(x, {x.size(-1)}, as(weight), as(bias), eps);
   if (!add.defined()) return y;
   const int64_t c = x.size(-1);
-  return (y.reshape({-1, add.numel() / c, c}) + as(add).reshape({-1, c})).view(x.sizes());
+  return (y.reshape({-1, add.numel() / c, repeat, c}) + as(add).reshape({-1, 1, c}))
+      .view(x.sizes());
 }
 
 std::pair<torch::Tensor, torch::Tensor> LayerNormResidual(const torch::Tensor& x,
                                                           const torch::Tensor& weight,
                                                           const torch::Tensor& bias, double eps,
-                                                          const torch::Tensor& add) {
-  if (LayerNormKernelApplies(x)) return FusedLayerNormResidual(x, weight, bias, eps, add);
-  return {LayerNorm(x, weight, bias, eps, add), x};
+                                                          const torch::Tensor& add,
+                                                          int64_t repeat) {
+  if (LayerNormKernelApplies(x)) return FusedLayerNormResidual(x, weight, bias, eps, add, repeat);
+  return {LayerNorm(x, weight, bias, eps, add, repeat), x};
 }
 
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
@@ -622,7 +724,7 @@ torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
 
 bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads) {
 #ifdef ADCTL_FUSED_CUDA
-  if (!FusedKernelsEnabled() || !UseKernel(x) || x.dim() != 3) return false;
+  if (!FusedKernelsEnabled() || !UseKernel(x) || (x.dim() != 3 && x.dim() != 4)) return false;
   return x.size(1) <= fused_cuda::kShortAttentionMaxLength && inner % heads == 0 &&
          inner / heads <= fused_cuda::kShortAttentionMaxHeadDim;
 #else
@@ -632,9 +734,10 @@ bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads)
 }
 
 torch::Tensor FusedShortSelfAttention(const torch::Tensor& qkv, int64_t heads) {
-  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * heads) == 0,
-              "short attention: qkv must be [N, L, 3 · heads · d]; got ", qkv.sizes(), " with ",
-              heads, " heads");
+  TORCH_CHECK(
+      (qkv.dim() == 3 || qkv.dim() == 4) && qkv.size(-1) % (3 * heads) == 0,
+      "short attention: qkv must be [N, L, 3 · heads · d] or [B, L, P, 3 · heads · d]; got ",
+      qkv.sizes(), " with ", heads, " heads");
   return ShortAttentionFunction::apply(qkv, heads);
 }
 
@@ -765,7 +868,8 @@ std::vector<torch::Tensor> ShortAttentionBackward(const torch::Tensor& dout, con
 }
 
 LayerNormResult LayerNormForward(const torch::Tensor& x, const torch::Tensor& weight,
-                                 const torch::Tensor& bias, double eps, const torch::Tensor& add) {
+                                 const torch::Tensor& bias, double eps, const torch::Tensor& add,
+                                 int64_t repeat) {
   const auto type = ComputeType(x);
   const int64_t c = x.size(-1);
   auto xr = x.to(type).reshape({-1, c});
@@ -776,7 +880,7 @@ LayerNormResult LayerNormForward(const torch::Tensor& x, const torch::Tensor& we
   if (bias.defined()) z = z + bias.to(type);
   if (add.defined() && add.numel() > 0) {
     const auto table = add.to(type).reshape({-1, c});
-    z = (z.view({-1, table.size(0), c}) + table).view({-1, c});
+    z = (z.view({-1, table.size(0), repeat, c}) + table.unsqueeze(1)).view({-1, c});
   }
   return {z.view(x.sizes()).to(x.scalar_type()), mean, rstd};
 }

@@ -19,6 +19,10 @@ namespace adctl {
 
 // Whether this build has the CUDA kernels.
 bool FusedKernelsBuilt();
+// x [N, C, ...] stored channels-last ([N, ..., C] contiguous, and not also contiguous as it is):
+// the layout the UNet runs in on CUDA (UNet3DImpl::set_channels_last).
+bool IsChannelsLast(const torch::Tensor& x);
+
 // Process-wide switch (the trainer sets it from train.fused_kernels); on by default.
 void SetFusedKernels(bool on);
 bool FusedKernelsEnabled();
@@ -44,12 +48,15 @@ torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 // LayerNorm over the last dimension with [C] weight and bias (either may be undefined, in any
 // float type), + `add` where given: add is [P, C] (or [1, P, C]) and row r of x, seen as
 // [rows, C], gets add's row r mod P — the motion modules' sinusoidal positions on [N, F, C]
-// tokens (P = F), added in the same pass (diffusers adds them after the norm). One warp per row
+// tokens (P = F), added in the same pass (diffusers adds them after the norm). With repeat R,
+// row r gets add's row (r / R) mod P: the positions on a channels-last clip's [B, F, H·W, C]
+// rows (P = F, R = H·W). One warp per row
 // on CUDA (LayerNorm's own kernels spend a block on a row and run far below the memory rate on
 // the UNet's 320 … 1280 channels); the backward gives γ and β their gradients in the same pass
 // when they train.
 torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
-                        const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
+                        const torch::Tensor& bias, double eps, const torch::Tensor& add = {},
+                        int64_t repeat = 1);
 
 // {LayerNorm(x, …) (+ add), x} for a residual block x + f(LayerNorm(x)): use the second for the
 // residual, and the kernels' backward adds its gradient to the norm's in the same pass (where
@@ -57,7 +64,8 @@ torch::Tensor LayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
 std::pair<torch::Tensor, torch::Tensor> LayerNormResidual(const torch::Tensor& x,
                                                           const torch::Tensor& weight,
                                                           const torch::Tensor& bias, double eps,
-                                                          const torch::Tensor& add = {});
+                                                          const torch::Tensor& add = {},
+                                                          int64_t repeat = 1);
 
 // x Wᵀ + b: LibTorch's linear, with a trainable bias's gradient (the motion modules') summed over
 // the rows by a column-strip kernel on CUDA in place of LibTorch's row reduction.
@@ -75,8 +83,12 @@ torch::Tensor Geglu(const torch::Tensor& h);
 // attention over frames, where LibTorch's attention kernels (tiled for long sequences) spend
 // ~3 ms per call on 16 × 16 scores: one warp per (sequence, head), everything in shared memory
 // (16 × 16 tiles on tensor cores for bf16/fp16 up to 16 frames), no transposes.
-// ShortAttentionApplies says when the kernel serves for an input x [N, L, ·] projected to
-// `inner` = heads·d (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256, fp32/bf16/fp16).
+// qkv may also be a channels-last clip's rows [B, L, P, 3 · heads·d] (a motion module's
+// [B, F, H·W, ·]): the B·P sequences over L are read where they lie (rows P apart), and the
+// output is [B, L, P, heads·d].
+// ShortAttentionApplies says when the kernel serves for an input x [N, L, ·] (or [B, L, P, ·])
+// projected to `inner` = heads·d (CUDA tensor, fused kernels on, L ≤ 32, d ≤ 256,
+// fp32/bf16/fp16).
 // FusedShortAttention: the same on separate q, k, v (concatenated first).
 bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads);
 torch::Tensor FusedShortSelfAttention(const torch::Tensor& qkv, int64_t heads);
@@ -94,15 +106,14 @@ torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
 torch::Tensor FusedTranspose(const torch::Tensor& x);
 torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor FusedGeglu(const torch::Tensor& h);
-std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(const torch::Tensor& x,
-                                                               const torch::Tensor& weight,
-                                                               const torch::Tensor& bias,
-                                                               double eps,
-                                                               const torch::Tensor& add = {});
+std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(
+    const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+    const torch::Tensor& add = {}, int64_t repeat = 1);
 torch::Tensor FusedLinear(const torch::Tensor& x, const torch::Tensor& weight,
                           const torch::Tensor& bias);
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
-                             const torch::Tensor& bias, double eps, const torch::Tensor& add = {});
+                             const torch::Tensor& bias, double eps, const torch::Tensor& add = {},
+                             int64_t repeat = 1);
 
 namespace fused_reference {
 
@@ -127,14 +138,15 @@ std::pair<torch::Tensor, torch::Tensor> GroupNormSiluAffineBackward(
     const torch::Tensor& rstd, const torch::Tensor& weight, const torch::Tensor& bias,
     int64_t groups, bool silu = true);
 
-// LayerNorm over the last dimension (+ add, [P, C] periodic over the rows, or undefined / empty);
+// LayerNorm over the last dimension (+ add, [P, C] periodic over the rows, each row of add
+// `repeat` consecutive rows, or undefined / empty);
 // mean and rstd are [rows] in the compute type.
 struct LayerNormResult {
   torch::Tensor y, mean, rstd;
 };
 LayerNormResult LayerNormForward(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias, double eps,
-                                 const torch::Tensor& add = {});
+                                 const torch::Tensor& add = {}, int64_t repeat = 1);
 torch::Tensor LayerNormBackward(const torch::Tensor& dy, const torch::Tensor& x,
                                 const torch::Tensor& mean, const torch::Tensor& rstd,
                                 const torch::Tensor& weight);

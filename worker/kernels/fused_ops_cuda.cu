@@ -218,6 +218,259 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// GroupNorm (+ SiLU) on channels-last x: sample `blockIdx.y` is s rows of c channels
+// ([n, s, c]; NHWC with s = H·W, a motion module's clip [B, F·H·W, C]). A group's elements are
+// cg = c / groups adjacent channels of every row, so the work goes by columns: thread x of a
+// block owns the V channels x·V … (V divides cg: one group), rows threadIdx.y, + blockDim.y, …
+// of the block's chunk of rows; its loads of a row are the warp's contiguous bytes. Each
+// direction is two kernels: per-chunk sums of each group ([n, chunks, groups, 2] `partial`),
+// then the element-wise pass, whose blocks first merge their sample's chunks. The forward's sums
+// are of x − K, K the group's first element (shifted data: the variance does not cancel away
+// when the mean is large against the spread).
+constexpr int kChannelsLastThreads = 512;
+
+struct ChannelsLastShape {
+  int64_t s, c, groups, rows_per_chunk;
+  int chunks;
+};
+
+// The sums of a thread's two accumulators over the threads of each group, into
+// partial[sample, chunk, group, 0 … 1]. `shared`: 2 · blockDim.x · blockDim.y floats.
+__device__ void GroupSums(float a, float b, float* shared, float* partial,
+                          const ChannelsLastShape& sh, int per_group) {
+  const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+  shared[tid] = a;
+  shared[threads + tid] = b;
+  __syncthreads();
+  if (tid < sh.groups) {
+    float sa = 0.f, sb = 0.f;
+    for (int y = 0; y < blockDim.y; ++y) {
+      for (int j = 0; j < per_group; ++j) {
+        const int idx = y * blockDim.x + tid * per_group + j;
+        sa += shared[idx];
+        sb += shared[threads + idx];
+      }
+    }
+    float* out =
+        partial +
+        ((blockIdx.y * static_cast<int64_t>(sh.chunks) + blockIdx.x) * sh.groups + tid) * 2;
+    out[0] = sa;
+    out[1] = sb;
+  }
+}
+
+// This sample's groups' sums over all chunks, in `merged` (2 · groups floats: [a…], [b…]), for
+// every thread of the block.
+__device__ void MergeChunks(const float* partial, float* merged, const ChannelsLastShape& sh) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  if (tid < sh.groups) {
+    const float* p =
+        partial + blockIdx.y * static_cast<int64_t>(sh.chunks) * sh.groups * 2 + tid * 2;
+    float a = 0.f, b = 0.f;
+    for (int k = 0; k < sh.chunks; ++k) {
+      a += p[k * sh.groups * 2];
+      b += p[k * sh.groups * 2 + 1];
+    }
+    merged[tid] = a;
+    merged[sh.groups + tid] = b;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ int64_t ChunkEnd(const ChannelsLastShape& sh) {
+  const int64_t end = (blockIdx.x + 1) * sh.rows_per_chunk;
+  return end < sh.s ? end : sh.s;
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kChannelsLastThreads)
+    GroupNormChannelsLastStatsKernel(const T* x, float* partial, ChannelsLastShape sh) {
+  extern __shared__ float shared[];
+  using VecT = Vec<T, V>;
+  const int64_t cg = sh.c / sh.groups;
+  const int col = threadIdx.x;
+  const T* xs = x + blockIdx.y * sh.s * sh.c;
+  const float shift = Load(xs[col * V / cg * cg]);
+  float s1 = 0.f, s2 = 0.f;
+  const int64_t end = ChunkEnd(sh);
+#pragma unroll 4
+  for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
+    const VecT in = reinterpret_cast<const VecT*>(xs + r * sh.c)[col];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float d = Load(in.v[k]) - shift;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  GroupSums(s1, s2, shared, partial, sh, static_cast<int>(cg / V));
+}
+
+template <typename T, int V, bool Silu>
+__global__ void __launch_bounds__(kChannelsLastThreads)
+    GroupNormChannelsLastForwardKernel(const T* x, const T* gamma, const T* beta, T* y,
+                                       const float* partial, float* mean_out, float* rstd_out,
+                                       ChannelsLastShape sh, float eps) {
+  extern __shared__ float merged[];
+  using VecT = Vec<T, V>;
+  const int64_t cg = sh.c / sh.groups;
+  const int64_t base = blockIdx.y * sh.s * sh.c;
+  MergeChunks(partial, merged, sh);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  float group_mean = 0.f, group_rstd = 0.f;
+  if (tid < sh.groups) {
+    const float count = static_cast<float>(sh.s * cg);
+    const float m1 = merged[tid] / count;
+    const float var = fmaxf(merged[sh.groups + tid] / count - m1 * m1, 0.f);
+    group_mean = Load(x[base + tid * cg]) + m1;
+    group_rstd = rsqrtf(var + eps);
+  }
+  __syncthreads();  // every thread has read the sums before they are overwritten
+  if (tid < sh.groups) {
+    merged[tid] = group_mean;
+    merged[sh.groups + tid] = group_rstd;
+    if (blockIdx.x == 0) {
+      mean_out[blockIdx.y * sh.groups + tid] = group_mean;
+      rstd_out[blockIdx.y * sh.groups + tid] = group_rstd;
+    }
+  }
+  __syncthreads();
+  const int col = threadIdx.x, group = static_cast<int>(col * V / cg);
+  const float mean = merged[group], rstd = merged[sh.groups + group];
+  float scale[V], shift[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int64_t channel = col * V + k;
+    scale[k] = rstd * (gamma ? Load(gamma[channel]) : 1.f);
+    shift[k] = (beta ? Load(beta[channel]) : 0.f) - mean * scale[k];
+  }
+  const int64_t end = ChunkEnd(sh);
+#pragma unroll 4
+  for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
+    const VecT in = reinterpret_cast<const VecT*>(x + base + r * sh.c)[col];
+    VecT out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float z = Load(in.v[k]) * scale[k] + shift[k];
+      out.v[k] = Store<T>(Silu ? z * Sigmoid(z) : z);
+    }
+    reinterpret_cast<VecT*>(y + base + r * sh.c)[col] = out;
+  }
+}
+
+// The backward's per-element quantities: x̂, dz (dy through the SiLU) and g = dz · γ.
+template <bool Silu>
+__device__ __forceinline__ void GroupNormGrad(float xv, float dyv, float mu, float r, float gm,
+                                              float bt, float* xhat, float* dz, float* g) {
+  *xhat = (xv - mu) * r;
+  *dz = dyv;
+  if (Silu) {
+    const float z = *xhat * gm + bt, sg = Sigmoid(z);
+    *dz = dyv * sg * (1.f + z * (1.f - sg));
+  }
+  *g = *dz * gm;
+}
+
+// Per chunk: the groups' Σ g and Σ g · x̂ into partial, and with Affine each channel's Σ dz · x̂
+// and Σ dz into affine[sample · chunks + chunk] ([2, c]).
+template <typename T, int V, bool Silu, bool Affine>
+__global__ void __launch_bounds__(kChannelsLastThreads)
+    GroupNormChannelsLastGradStatsKernel(const T* dy, const T* x, const float* mean,
+                                         const float* rstd, const T* gamma, const T* beta,
+                                         float* partial, float* affine, ChannelsLastShape sh) {
+  extern __shared__ float shared[];
+  using VecT = Vec<T, V>;
+  const int64_t cg = sh.c / sh.groups;
+  const int col = threadIdx.x;
+  const int64_t base = blockIdx.y * sh.s * sh.c;
+  const int64_t group = blockIdx.y * sh.groups + col * V / cg;
+  const float mu = mean[group], rs = rstd[group];
+  float gm[V], bt[V], aff_gx[V], aff_g[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
+    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
+    aff_gx[k] = aff_g[k] = 0.f;
+  }
+  float sum_g = 0.f, sum_gx = 0.f;
+  const int64_t end = ChunkEnd(sh);
+#pragma unroll 4
+  for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
+    const VecT xv = reinterpret_cast<const VecT*>(x + base + r * sh.c)[col];
+    const VecT dv = reinterpret_cast<const VecT*>(dy + base + r * sh.c)[col];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float xhat, dz, g;
+      GroupNormGrad<Silu>(Load(xv.v[k]), Load(dv.v[k]), mu, rs, gm[k], bt[k], &xhat, &dz, &g);
+      sum_g += g;
+      sum_gx += g * xhat;
+      if (Affine) {
+        aff_gx[k] += dz * xhat;
+        aff_g[k] += dz;
+      }
+    }
+  }
+  GroupSums(sum_g, sum_gx, shared, partial, sh, static_cast<int>(cg / V));
+  if (!Affine) return;
+  const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+  float* out = affine + (blockIdx.y * static_cast<int64_t>(sh.chunks) + blockIdx.x) * 2 * sh.c;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    __syncthreads();  // the previous readers of `shared` are done
+    shared[tid] = aff_gx[k];
+    shared[threads + tid] = aff_g[k];
+    __syncthreads();
+    if (threadIdx.y == 0) {
+      float a = 0.f, b = 0.f;
+      for (int y = 0; y < blockDim.y; ++y) {
+        a += shared[y * blockDim.x + col];
+        b += shared[threads + y * blockDim.x + col];
+      }
+      out[col * V + k] = a;
+      out[sh.c + col * V + k] = b;
+    }
+  }
+}
+
+// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)), the means over the group from the merged chunks.
+template <typename T, int V, bool Silu>
+__global__ void __launch_bounds__(kChannelsLastThreads)
+    GroupNormChannelsLastBackwardKernel(const T* dy, const T* x, const float* mean,
+                                        const float* rstd, const T* gamma, const T* beta,
+                                        const float* partial, T* dx, ChannelsLastShape sh) {
+  extern __shared__ float merged[];
+  using VecT = Vec<T, V>;
+  const int64_t cg = sh.c / sh.groups;
+  MergeChunks(partial, merged, sh);
+  const int col = threadIdx.x;
+  const int local = static_cast<int>(col * V / cg);
+  const int64_t base = blockIdx.y * sh.s * sh.c;
+  const int64_t group = blockIdx.y * sh.groups + local;
+  const float mu = mean[group], rs = rstd[group];
+  const float count = static_cast<float>(sh.s * cg);
+  const float mean_g = merged[local] / count, mean_gx = merged[sh.groups + local] / count;
+  float gm[V], bt[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
+    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
+  }
+  const int64_t end = ChunkEnd(sh);
+#pragma unroll 4
+  for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
+    const VecT xv = reinterpret_cast<const VecT*>(x + base + r * sh.c)[col];
+    const VecT dv = reinterpret_cast<const VecT*>(dy + base + r * sh.c)[col];
+    VecT out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float xhat, dz, g;
+      GroupNormGrad<Silu>(Load(xv.v[k]), Load(dv.v[k]), mu, rs, gm[k], bt[k], &xhat, &dz, &g);
+      out.v[k] = Store<T>(rs * (g - mean_g - xhat * mean_gx));
+    }
+    reinterpret_cast<VecT*>(dx + base + r * sh.c)[col] = out;
+  }
+}
+
 // Element-wise over [rows, e] vectors of V, grid-stride.
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
@@ -265,6 +518,22 @@ __global__ void __launch_bounds__(kThreads)
 // log-sum-exp and takes D_i = Σ_j P_ij dP_ij (= Σ_c dO_ic O_ic), so the output is not saved.
 constexpr int kAttentionThreads = 128;
 
+// Where a (sequence, head) pair lives: q, k, v rows `in_row` apart from in_base, out and dout
+// rows `row` apart from base. Sequence n's rows: rows n · length … of [n, length, ·] tokens, or,
+// with interleave P > 1, rows (n / P · length + i) · P + n % P, i < length: each pixel's frames
+// of a channels-last clip [B, F, P, ·] (P = H·W) without transposing it to [B·P, F, ·].
+struct PairRows {
+  int64_t base, in_base, row, in_row;
+};
+
+__device__ __forceinline__ PairRows RowsOf(int64_t pair, int heads, int length, int d,
+                                           int64_t stride, int64_t interleave) {
+  const int64_t n = pair / heads, h = pair % heads;
+  const int64_t first = n / interleave * length * interleave + n % interleave;
+  const int64_t row = static_cast<int64_t>(heads) * d;
+  return {first * row + h * d, first * stride + h * d, row * interleave, stride * interleave};
+}
+
 template <typename T>
 __device__ void LoadRows(const T* src, float* dst, int64_t base, int64_t row, int length, int d,
                          int ld) {
@@ -277,21 +546,17 @@ __device__ void LoadRows(const T* src, float* dst, int64_t base, int64_t row, in
 template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
     ShortAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, int length,
-                                int heads, int d, int64_t stride, float scale) {
+                                int heads, int d, int64_t stride, int64_t interleave, float scale) {
   extern __shared__ float smem[];
   const int ld = d + 1, ls = length + 1;
   float* Q = smem;
   float* K = Q + length * ld;
   float* V = K + length * ld;
   float* P = V + length * ld;
-  const int64_t n = blockIdx.x / heads;
-  const int h = blockIdx.x % heads;
-  const int64_t row = static_cast<int64_t>(heads) * d;  // out's; q, k, v's is `stride`
-  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
-  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
-  LoadRows(q, Q, in_base, stride, length, d, ld);
-  LoadRows(k, K, in_base, stride, length, d, ld);
-  LoadRows(v, V, in_base, stride, length, d, ld);
+  const PairRows at = RowsOf(blockIdx.x, heads, length, d, stride, interleave);
+  LoadRows(q, Q, at.in_base, at.in_row, length, d, ld);
+  LoadRows(k, K, at.in_base, at.in_row, length, d, ld);
+  LoadRows(v, V, at.in_base, at.in_row, length, d, ld);
   __syncthreads();
   for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
     const int i = idx / length, j = idx % length;
@@ -319,7 +584,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int i = idx / d, c = idx % d;
     float o = 0.f;
     for (int j = 0; j < length; ++j) o += P[i * ls + j] * V[j * ld + c];
-    out[base + i * row + c] = Store<T>(o);
+    out[at.base + i * at.row + c] = Store<T>(o);
   }
 }
 
@@ -327,7 +592,7 @@ template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
     ShortAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v,
                                  const float* lse, T* dq, T* dk, T* dv, int length, int heads,
-                                 int d, int64_t stride, float scale) {
+                                 int d, int64_t stride, int64_t interleave, float scale) {
   extern __shared__ float smem[];
   const int ld = d + 1, ls = length + 1;
   float* Q = smem;
@@ -337,16 +602,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
   float* P = dO + length * ld;
   float* dS = P + length * ls;
   float* D = dS + length * ls;
-  const int64_t n = blockIdx.x / heads;
-  const int h = blockIdx.x % heads;
-  const int64_t row = static_cast<int64_t>(heads) * d;  // dout's; q, k, v's is `stride`
-  const int64_t base = n * length * row + static_cast<int64_t>(h) * d;
-  const int64_t in_base = n * length * stride + static_cast<int64_t>(h) * d;
+  const PairRows at = RowsOf(blockIdx.x, heads, length, d, stride, interleave);
   const float* row_lse = lse + static_cast<int64_t>(blockIdx.x) * length;
-  LoadRows(q, Q, in_base, stride, length, d, ld);
-  LoadRows(k, K, in_base, stride, length, d, ld);
-  LoadRows(v, V, in_base, stride, length, d, ld);
-  LoadRows(dout, dO, base, row, length, d, ld);
+  LoadRows(q, Q, at.in_base, at.in_row, length, d, ld);
+  LoadRows(k, K, at.in_base, at.in_row, length, d, ld);
+  LoadRows(v, V, at.in_base, at.in_row, length, d, ld);
+  LoadRows(dout, dO, at.base, at.row, length, d, ld);
   __syncthreads();
   for (int idx = threadIdx.x; idx < length * length; idx += kAttentionThreads) {
     const int i = idx / length, j = idx % length;
@@ -379,7 +640,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
       gk += dS[t * ls + r] * Q[t * ld + c];
       gv += P[t * ls + r] * dO[t * ld + c];
     }
-    const int64_t g = in_base + r * stride + c;
+    const int64_t g = at.in_base + r * at.in_row + c;
     dq[g] = Store<T>(gq * scale);
     dk[g] = Store<T>(gk * scale);
     dv[g] = Store<T>(gv);
@@ -463,7 +724,7 @@ template <typename T, int kCols>
 __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     WarpAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse,
                                int64_t pairs, int heads, WarpAttentionShape s, int64_t stride,
-                               float scale) {
+                               int64_t interleave, float scale) {
   extern __shared__ float4 smem4[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
@@ -473,14 +734,10 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   float* V = K + s.length * s.ld;
   float* P = V + s.length * s.ld;
   float* scratch = P + RoundUp4(s.length * s.ls);
-  const int64_t n = pair / heads;
-  const int h = static_cast<int>(pair % heads);
-  const int64_t row = static_cast<int64_t>(heads) * s.d;  // out's; q, k, v's is `stride`
-  const int64_t base = n * s.length * row + static_cast<int64_t>(h) * s.d;
-  const int64_t in_base = n * s.length * stride + static_cast<int64_t>(h) * s.d;
-  LoadRows4(q, Q, in_base, stride, s, lane);
-  LoadRows4(k, K, in_base, stride, s, lane);
-  LoadRows4(v, V, in_base, stride, s, lane);
+  const PairRows at = RowsOf(pair, heads, s.length, s.d, stride, interleave);
+  LoadRows4(q, Q, at.in_base, at.in_row, s, lane);
+  LoadRows4(k, K, at.in_base, at.in_row, s, lane);
+  LoadRows4(v, V, at.in_base, at.in_row, s, lane);
   __syncwarp();
 
   const int i = lane % s.length, split = lane / s.length;
@@ -530,7 +787,7 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     for (int j = 0; j < s.length; ++j) {
       Fma4(o, P[r * s.ls + j], *reinterpret_cast<const float4*>(V + j * s.ld + c));
     }
-    StoreRow4(out + base + r * row + c, o);
+    StoreRow4(out + at.base + r * at.row + c, o);
   }
 }
 
@@ -538,7 +795,7 @@ template <typename T, int kCols>
 __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     WarpAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                 T* dq, T* dk, T* dv, int64_t pairs, int heads, WarpAttentionShape s,
-                                int64_t stride, float scale) {
+                                int64_t stride, int64_t interleave, float scale) {
   extern __shared__ float4 smem4[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
@@ -550,15 +807,11 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   float* P = dO + s.length * s.ld;
   float* dS = P + RoundUp4(s.length * s.ls);
   float* scratch = dS + RoundUp4(s.length * s.ls);
-  const int64_t n = pair / heads;
-  const int h = static_cast<int>(pair % heads);
-  const int64_t row = static_cast<int64_t>(heads) * s.d;  // dout's; q, k, v's is `stride`
-  const int64_t base = n * s.length * row + static_cast<int64_t>(h) * s.d;
-  const int64_t in_base = n * s.length * stride + static_cast<int64_t>(h) * s.d;
-  LoadRows4(q, Q, in_base, stride, s, lane);
-  LoadRows4(k, K, in_base, stride, s, lane);
-  LoadRows4(v, V, in_base, stride, s, lane);
-  LoadRows4(dout, dO, base, row, s, lane);
+  const PairRows at = RowsOf(pair, heads, s.length, s.d, stride, interleave);
+  LoadRows4(q, Q, at.in_base, at.in_row, s, lane);
+  LoadRows4(k, K, at.in_base, at.in_row, s, lane);
+  LoadRows4(v, V, at.in_base, at.in_row, s, lane);
+  LoadRows4(dout, dO, at.base, at.row, s, lane);
   __syncwarp();
 
   // P_ij recomputed from the saved log-sum-exp, dP_ij = dO_i · V_j, D_i = Σ_j P_ij dP_ij,
@@ -611,7 +864,7 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
       Fma4(gk, dS[t * s.ls + r], *reinterpret_cast<const float4*>(Q + t * s.ld + c));
       Fma4(gv, P[t * s.ls + r], *reinterpret_cast<const float4*>(dO + t * s.ld + c));
     }
-    const int64_t g = in_base + r * stride + c;
+    const int64_t g = at.in_base + r * at.in_row + c;
     StoreRow4(dq + g, make_float4(gq.x * scale, gq.y * scale, gq.z * scale, gq.w * scale));
     StoreRow4(dk + g, make_float4(gk.x * scale, gk.y * scale, gk.z * scale, gk.w * scale));
     StoreRow4(dv + g, gv);
@@ -690,19 +943,6 @@ __device__ void StoreMmaTile(const T* tile, T* dst, int64_t base, int64_t row, i
   }
 }
 
-// Where a warp's (sequence, head) pair lives: q, k, v rows `stride` apart from in_base, out and
-// dout rows `row` (= heads · d) apart from base.
-struct PairRows {
-  int64_t base, in_base, row;
-};
-
-__device__ __forceinline__ PairRows RowsOf(int64_t pair, int heads, int length, int d,
-                                           int64_t stride) {
-  const int64_t n = pair / heads, h = pair % heads;
-  const int64_t row = static_cast<int64_t>(heads) * d;
-  return {n * length * row + h * d, n * length * stride + h * d, row};
-}
-
 #ifdef ADCTL_MMA_ATTENTION
 using MmaAccumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
 
@@ -738,7 +978,8 @@ __device__ void MmaScores(MmaAccumulator& acc, const T* a_tile, const T* b_tile,
 template <typename T, int kChunk>
 __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     MmaAttentionForwardKernel(const T* q, const T* k, const T* v, T* out, float* lse, int64_t pairs,
-                              int heads, int length, int d, int64_t stride, float scale) {
+                              int heads, int length, int d, int64_t stride, int64_t interleave,
+                              float scale) {
 #ifdef ADCTL_MMA_ATTENTION
   using namespace nvcuda;
   extern __shared__ float4 smem4[];
@@ -751,10 +992,10 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   T* V = K + kMmaRows * ldt;
   float* S = reinterpret_cast<float*>(V + kMmaRows * ldt);
   T* P = reinterpret_cast<T*>(S + kMmaRows * kMmaRows);
-  const PairRows at = RowsOf(pair, heads, length, d, stride);
-  LoadMmaTile<T, kChunk>(q, Q, at.in_base, stride, length, d, ldt, lane);
-  LoadMmaTile<T, kChunk>(k, K, at.in_base, stride, length, d, ldt, lane);
-  LoadMmaTile<T, kChunk>(v, V, at.in_base, stride, length, d, ldt, lane);
+  const PairRows at = RowsOf(pair, heads, length, d, stride, interleave);
+  LoadMmaTile<T, kChunk>(q, Q, at.in_base, at.in_row, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(k, K, at.in_base, at.in_row, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(v, V, at.in_base, at.in_row, length, d, ldt, lane);
   WaitCopies();
   __syncwarp();
 
@@ -805,7 +1046,7 @@ template <typename T, int kChunk>
 __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     MmaAttentionBackwardKernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                T* dq, T* dk, T* dv, int64_t pairs, int heads, int length, int d,
-                               int64_t stride, float scale) {
+                               int64_t stride, int64_t interleave, float scale) {
 #ifdef ADCTL_MMA_ATTENTION
   using namespace nvcuda;
   extern __shared__ float4 smem4[];
@@ -821,10 +1062,10 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
   float* dP = S + kMmaRows * kMmaRows;
   T* P = reinterpret_cast<T*>(dP + kMmaRows * kMmaRows);
   T* dS = P + kMmaRows * kMmaRows;
-  const PairRows at = RowsOf(pair, heads, length, d, stride);
-  LoadMmaTile<T, kChunk>(q, Q, at.in_base, stride, length, d, ldt, lane);
-  LoadMmaTile<T, kChunk>(k, K, at.in_base, stride, length, d, ldt, lane);
-  LoadMmaTile<T, kChunk>(v, V, at.in_base, stride, length, d, ldt, lane);
+  const PairRows at = RowsOf(pair, heads, length, d, stride, interleave);
+  LoadMmaTile<T, kChunk>(q, Q, at.in_base, at.in_row, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(k, K, at.in_base, at.in_row, length, d, ldt, lane);
+  LoadMmaTile<T, kChunk>(v, V, at.in_base, at.in_row, length, d, ldt, lane);
   LoadMmaTile<T, kChunk>(dout, dO, at.base, at.row, length, d, ldt, lane);
   const int i = lane / 2, first = (lane % 2) * 8;
   const float row_lse = i < length ? lse[pair * length + i] : 0.f;
@@ -881,9 +1122,9 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
     product(p_t, dO, n0, 1.f);
   }
   __syncwarp();
-  StoreMmaTile<T, kChunk>(K, dq, at.in_base, stride, length, d, ldt, lane);
-  StoreMmaTile<T, kChunk>(Q, dk, at.in_base, stride, length, d, ldt, lane);
-  StoreMmaTile<T, kChunk>(dO, dv, at.in_base, stride, length, d, ldt, lane);
+  StoreMmaTile<T, kChunk>(K, dq, at.in_base, at.in_row, length, d, ldt, lane);
+  StoreMmaTile<T, kChunk>(Q, dk, at.in_base, at.in_row, length, d, ldt, lane);
+  StoreMmaTile<T, kChunk>(dO, dv, at.in_base, at.in_row, length, d, ldt, lane);
 #endif
 }
 
@@ -891,8 +1132,9 @@ __global__ void __launch_bounds__(32 * kWarpAttentionMaxWarps)
 // vectors, so that a warp has as many bytes in flight as on wider rows): lane l holds the row's
 // vectors it · 32 + l (it < kIters) in fp32 registers, so x is read once (c ≤ 32 · V · kIters).
 // The mean, then the mean squared deviation from the registers (exact two-pass variance). `add`
-// ([period, c], may be null) is added to the output, row r taking add's row r mod period: the
-// motion modules' sinusoidal positions on [N, F, C] tokens, added before the one rounding.
+// ([period, c], may be null) is added to the output, row r taking add's row (r / repeat) mod
+// period: the motion modules' sinusoidal positions on [N, F, C] tokens (repeat 1) or on a
+// channels-last clip's [B, F, H·W, C] rows (repeat H·W), added before the one rounding.
 template <int kIters>
 constexpr int kLayerNormRowsPerWarp = kIters <= 2 ? 2 : 1;
 
@@ -905,7 +1147,8 @@ __device__ __forceinline__ int64_t WarpFirstRow() {
 template <typename T, int V, int kIters>
 __global__ void __launch_bounds__(kThreads)
     LayerNormForwardKernel(const T* x, const T* gamma, const T* beta, const T* add, int64_t period,
-                           T* y, float* mean_out, float* rstd_out, int64_t rows, int c, float eps) {
+                           int64_t repeat, T* y, float* mean_out, float* rstd_out, int64_t rows,
+                           int c, float eps) {
   using VecT = Vec<T, V>;
   constexpr int kRows = kLayerNormRowsPerWarp<kIters>;
   const int lane = threadIdx.x % 32;
@@ -957,7 +1200,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t row = first + r;
       if (row >= rows) break;
       VecT a, out;
-      if (add) a = reinterpret_cast<const VecT*>(add + row % period * c)[idx];
+      if (add) a = reinterpret_cast<const VecT*>(add + row / repeat % period * c)[idx];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         float z = (v[r][it][e] - mean[r]) * rstd[r];
@@ -1327,6 +1570,26 @@ unsigned RowBlocks(int64_t rows, int rows_per_warp) {
   return static_cast<unsigned>((rows + per_block - 1) / per_block);
 }
 
+// Channels-last GroupNorm's launch geometry: blocks of (c / V columns) × (rows at once), up to
+// 512 threads; about 1024 blocks in all (at most 128 chunks a sample, whose sums every block of
+// the element-wise pass merges).
+constexpr int64_t kChannelsLastMaxColumns = kChannelsLastThreads;
+
+ChannelsLastShape MakeChannelsLastShape(int64_t n, int64_t s, int64_t c, int64_t groups) {
+  const int64_t want = std::min<int64_t>(std::max<int64_t>(1024 / n, 1), 128);
+  const int64_t chunks = std::min(want, s);
+  const int64_t rows_per_chunk = (s + chunks - 1) / chunks;
+  return {s, c, groups, rows_per_chunk,
+          static_cast<int>((s + rows_per_chunk - 1) / rows_per_chunk)};
+}
+
+dim3 ChannelsLastBlock(int64_t columns) {
+  return dim3(static_cast<unsigned>(columns),
+              static_cast<unsigned>(std::max<int64_t>(1, kChannelsLastThreads / columns)));
+}
+
+size_t ReduceBytes(const dim3& block) { return 2 * block.x * block.y * sizeof(float); }
+
 }  // namespace
 
 int GroupNormSiluForward(DType dtype, const void* x, const void* gamma, const void* beta, void* y,
@@ -1383,6 +1646,81 @@ int GroupNormAffineBackward(DType dtype, const void* dy, const void* x, const fl
   });
 }
 
+bool GroupNormChannelsLastFits(DType dtype, int64_t c, int64_t groups) {
+  if (c < 1 || groups < 1 || c % groups != 0) return false;
+  const int64_t cg = c / groups;
+  int v = dtype == DType::kFloat32 ? 4 : 8;
+  while (cg % v != 0) v /= 2;
+  return c / v <= kChannelsLastMaxColumns;
+}
+
+int64_t GroupNormChannelsLastChunks(int64_t n, int64_t s) {
+  const ChannelsLastShape sh = MakeChannelsLastShape(n, s, 1, 1);
+  return sh.chunks;
+}
+
+int GroupNormChannelsLastForward(DType dtype, const void* x, const void* gamma, const void* beta,
+                                 void* y, float* mean, float* rstd, float* partial, int64_t n,
+                                 int64_t s, int64_t c, int64_t groups, float eps, bool silu,
+                                 void* stream) {
+  if (n < 1 || s < 1 || !GroupNormChannelsLastFits(dtype, c, groups) || n > 65535) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const ChannelsLastShape sh = MakeChannelsLastShape(n, s, c, groups);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int width = VectorWidth<T>(c / groups, {x, y});
+    if (c / width > kChannelsLastMaxColumns) return static_cast<int>(cudaErrorInvalidValue);
+    WithVectorWidth(width, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const dim3 grid(sh.chunks, static_cast<unsigned>(n)), block = ChannelsLastBlock(c / V);
+      const auto st = static_cast<cudaStream_t>(stream);
+      GroupNormChannelsLastStatsKernel<T, V>
+          <<<grid, block, ReduceBytes(block), st>>>(static_cast<const T*>(x), partial, sh);
+      auto kernel = silu ? GroupNormChannelsLastForwardKernel<T, V, true>
+                         : GroupNormChannelsLastForwardKernel<T, V, false>;
+      kernel<<<grid, block, 2 * groups * sizeof(float), st>>>(
+          static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
+          static_cast<T*>(y), partial, mean, rstd, sh, eps);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int GroupNormChannelsLastBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                                  const float* rstd, const void* gamma, const void* beta, void* dx,
+                                  float* partial, float* affine, int64_t n, int64_t s, int64_t c,
+                                  int64_t groups, bool silu, void* stream) {
+  if (n < 1 || s < 1 || !GroupNormChannelsLastFits(dtype, c, groups) || n > 65535) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const ChannelsLastShape sh = MakeChannelsLastShape(n, s, c, groups);
+  return WithDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int width = VectorWidth<T>(c / groups, {dy, x, dx});
+    if (c / width > kChannelsLastMaxColumns) return static_cast<int>(cudaErrorInvalidValue);
+    WithVectorWidth(width, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const dim3 grid(sh.chunks, static_cast<unsigned>(n)), block = ChannelsLastBlock(c / V);
+      const auto st = static_cast<cudaStream_t>(stream);
+      auto stats = silu ? (affine ? GroupNormChannelsLastGradStatsKernel<T, V, true, true>
+                                  : GroupNormChannelsLastGradStatsKernel<T, V, true, false>)
+                        : (affine ? GroupNormChannelsLastGradStatsKernel<T, V, false, true>
+                                  : GroupNormChannelsLastGradStatsKernel<T, V, false, false>);
+      stats<<<grid, block, ReduceBytes(block), st>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+          static_cast<const T*>(gamma), static_cast<const T*>(beta), partial, affine, sh);
+      auto kernel = silu ? GroupNormChannelsLastBackwardKernel<T, V, true>
+                         : GroupNormChannelsLastBackwardKernel<T, V, false>;
+      kernel<<<grid, block, 2 * groups * sizeof(float), st>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+          static_cast<const T*>(gamma), static_cast<const T*>(beta), partial, static_cast<T*>(dx),
+          sh);
+    });
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
 int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream) {
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -1412,8 +1750,10 @@ int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_
 
 int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
                           float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
-                          int64_t stride, float scale, void* stream) {
-  if (!ShortAttentionFits(length, head_dim)) return static_cast<int>(cudaErrorInvalidValue);
+                          int64_t stride, int64_t interleave, float scale, void* stream) {
+  if (!ShortAttentionFits(length, head_dim) || interleave < 1 || n % interleave != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   const int L = static_cast<int>(length), D = static_cast<int>(head_dim);
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -1429,7 +1769,8 @@ int ShortAttentionForward(DType dtype, const void* q, const void* k, const void*
           if (int e = AllowSharedMemory(kernel, bytes)) return e;
           kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
               static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-              static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), L, D, stride, scale);
+              static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), L, D, stride,
+              interleave, scale);
           return static_cast<int>(cudaGetLastError());
         });
       }
@@ -1444,7 +1785,8 @@ int ShortAttentionForward(DType dtype, const void* q, const void* k, const void*
         if (int e = AllowSharedMemory(kernel, bytes)) return e;
         kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
             static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-            static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), shape, stride, scale);
+            static_cast<T*>(out), lse, n * heads, static_cast<int>(heads), shape, stride,
+            interleave, scale);
         return static_cast<int>(cudaGetLastError());
       });
     }
@@ -1453,7 +1795,7 @@ int ShortAttentionForward(DType dtype, const void* q, const void* k, const void*
     ShortAttentionForwardKernel<T>
         <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, cuda_stream>>>(
             static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-            static_cast<T*>(out), lse, L, static_cast<int>(heads), D, stride, scale);
+            static_cast<T*>(out), lse, L, static_cast<int>(heads), D, stride, interleave, scale);
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -1461,8 +1803,10 @@ int ShortAttentionForward(DType dtype, const void* q, const void* k, const void*
 int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
                            int64_t length, int64_t heads, int64_t head_dim, int64_t stride,
-                           float scale, void* stream) {
-  if (!ShortAttentionFits(length, head_dim)) return static_cast<int>(cudaErrorInvalidValue);
+                           int64_t interleave, float scale, void* stream) {
+  if (!ShortAttentionFits(length, head_dim) || interleave < 1 || n % interleave != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   const int L = static_cast<int>(length), D = static_cast<int>(head_dim);
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -1479,7 +1823,8 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
           kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
               static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
               static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
-              static_cast<T*>(dv), n * heads, static_cast<int>(heads), L, D, stride, scale);
+              static_cast<T*>(dv), n * heads, static_cast<int>(heads), L, D, stride, interleave,
+              scale);
           return static_cast<int>(cudaGetLastError());
         });
       }
@@ -1495,7 +1840,8 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
         kernel<<<WarpBlocks(n * heads, warps), 32 * warps, bytes, cuda_stream>>>(
             static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
             static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
-            static_cast<T*>(dv), n * heads, static_cast<int>(heads), shape, stride, scale);
+            static_cast<T*>(dv), n * heads, static_cast<int>(heads), shape, stride, interleave,
+            scale);
         return static_cast<int>(cudaGetLastError());
       });
     }
@@ -1505,7 +1851,7 @@ int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const v
         <<<static_cast<unsigned>(n * heads), kAttentionThreads, bytes, cuda_stream>>>(
             static_cast<const T*>(dout), static_cast<const T*>(q), static_cast<const T*>(k),
             static_cast<const T*>(v), lse, static_cast<T*>(dq), static_cast<T*>(dk),
-            static_cast<T*>(dv), L, static_cast<int>(heads), D, stride, scale);
+            static_cast<T*>(dv), L, static_cast<int>(heads), D, stride, interleave, scale);
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -1547,9 +1893,9 @@ int LaunchGammaBeta(const T* dy, const T* x, const float* mean, const float* rst
 }  // namespace
 
 int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
-                     const void* add, int64_t period, void* y, float* mean, float* rstd,
-                     int64_t rows, int64_t c, float eps, void* stream) {
-  if (!LayerNormFits(dtype, c) || rows < 0 || (add && period < 1)) {
+                     const void* add, int64_t period, int64_t repeat, void* y, float* mean,
+                     float* rstd, int64_t rows, int64_t c, float eps, void* stream) {
+  if (!LayerNormFits(dtype, c) || rows < 0 || (add && (period < 1 || repeat < 1))) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (rows == 0) return 0;
@@ -1562,7 +1908,7 @@ int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* 
         LayerNormForwardKernel<T, V, kIters><<<RowBlocks(rows, kLayerNormRowsPerWarp<kIters>),
                                                kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
-            static_cast<const T*>(add), period, static_cast<T*>(y), mean, rstd, rows,
+            static_cast<const T*>(add), period, repeat, static_cast<T*>(y), mean, rstd, rows,
             static_cast<int>(c), eps);
         return static_cast<int>(cudaGetLastError());
       });

@@ -33,6 +33,24 @@ int GroupNormAffineBackward(DType dtype, const void* dy, const void* x, const fl
                             int64_t n, int64_t c, int64_t hw, int64_t groups, bool silu,
                             void* stream);
 
+// The same on channels-last x: sample i is s rows of c channels ([n, s, c]: NHWC with
+// s = H·W, or a motion module's clip [B, F·H·W, C]), y likewise. Two kernels each way: sums of
+// each group per chunk of rows into `partial` (scratch, [n, GroupNormChannelsLastChunks(n, s),
+// groups, 2] fp32), then the element-wise pass. GroupNormChannelsLastFits: c a multiple of
+// groups, and at most 512 vectors of c / groups' widest divisor (≤ 16 bytes) a row. The
+// backward's `affine` (null where γ and β are frozen) gets [n · chunks, 2, c] fp32: per chunk
+// each channel's [Σ dz · x̂, Σ dz]; the caller sums the chunks'.
+bool GroupNormChannelsLastFits(DType dtype, int64_t c, int64_t groups);
+int64_t GroupNormChannelsLastChunks(int64_t n, int64_t s);
+int GroupNormChannelsLastForward(DType dtype, const void* x, const void* gamma, const void* beta,
+                                 void* y, float* mean, float* rstd, float* partial, int64_t n,
+                                 int64_t s, int64_t c, int64_t groups, float eps, bool silu,
+                                 void* stream);
+int GroupNormChannelsLastBackward(DType dtype, const void* dy, const void* x, const float* mean,
+                                  const float* rstd, const void* gamma, const void* beta, void* dx,
+                                  float* partial, float* affine, int64_t n, int64_t s, int64_t c,
+                                  int64_t groups, bool silu, void* stream);
+
 // GEGLU: out[r, j] = h[r, j] · GELU(h[r, e + j]) (exact, erf GELU), out is [rows, e].
 int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream);
 
@@ -48,29 +66,33 @@ int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_
 // (heads · head_dim when separate, 3 · heads · head_dim when they are the thirds of one
 // projection's output), head h at columns h · head_dim …; out is [n, length, heads · head_dim];
 // lse [n · heads, length] fp32 (each row's log-sum-exp of the scaled scores, for the backward).
+// interleave P > 1: the n sequences are the pixels of n / P channels-last clips [F, P, ·]
+// (length F, rows P apart: sequence i's row j is row (i / P · F + j) · P + i % P), q, k, v and
+// out alike; P divides n.
 constexpr int kShortAttentionMaxLength = 32;
 constexpr int kShortAttentionMaxHeadDim = 256;
 int ShortAttentionForward(DType dtype, const void* q, const void* k, const void* v, void* out,
                           float* lse, int64_t n, int64_t length, int64_t heads, int64_t head_dim,
-                          int64_t stride, float scale, void* stream);
+                          int64_t stride, int64_t interleave, float scale, void* stream);
 // dq, dk, dv (q's layout, `stride`) from dout (out's); the softmax is recomputed from q, k and
 // lse.
 int ShortAttentionBackward(DType dtype, const void* dout, const void* q, const void* k,
                            const void* v, const float* lse, void* dq, void* dk, void* dv, int64_t n,
                            int64_t length, int64_t heads, int64_t head_dim, int64_t stride,
-                           float scale, void* stream);
+                           int64_t interleave, float scale, void* stream);
 
 // LayerNorm over the last dimension of x [rows, c]: y = (x − mean) · rstd · γ + β (+ add), one
 // warp per row with the row in registers. gamma and beta ([c], x's dtype) may be null; add
-// ([period, c], x's dtype, may be null) is added to row r as its row r mod period (the motion
-// modules' positions on [N, F, C] tokens: period F). mean and rstd: [rows], fp32.
+// ([period, c], x's dtype, may be null) is added to row r as its row (r / repeat) mod period
+// (the motion modules' positions: period F on [N, F, C] tokens with repeat 1, on a channels-last
+// clip's [B, F, H·W, C] rows with repeat H·W). mean and rstd: [rows], fp32.
 // LayerNormFits says which c the kernels take (up to 2048 for bf16/fp16 and 1024 for fp32 when c
 // is a multiple of 16 bytes and the pointers 16-byte aligned; up to 256 otherwise).
 constexpr int kLayerNormMaxRowVectors = 8 * 32;
 bool LayerNormFits(DType dtype, int64_t c);
 int LayerNormForward(DType dtype, const void* x, const void* gamma, const void* beta,
-                     const void* add, int64_t period, void* y, float* mean, float* rstd,
-                     int64_t rows, int64_t c, float eps, void* stream);
+                     const void* add, int64_t period, int64_t repeat, void* y, float* mean,
+                     float* rstd, int64_t rows, int64_t c, float eps, void* stream);
 // dx from dy and the forward's input and statistics, + dres ([rows, c], may be null: the gradient
 // of x's other use, a residual's). Where partial is not null, also γ's and
 // β's gradients in pieces (a second kernel, reading x and dy by column strips): partial is

@@ -93,22 +93,23 @@ torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Te
 }
 
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
-                          const torch::Tensor& add) {
+                          const torch::Tensor& add, int64_t repeat) {
   const auto& o = layer->options;
   if (o.normalized_shape().size() != 1) {
     TORCH_CHECK(!add.defined(), "LayerNorm over ", o.normalized_shape(), " adds no table");
     return torch::layer_norm(x, o.normalized_shape(), As(layer->weight, x), As(layer->bias, x),
                              o.eps());
   }
-  return LayerNorm(x, layer->weight, layer->bias, o.eps(), add);
+  return LayerNorm(x, layer->weight, layer->bias, o.eps(), add, repeat);
 }
 
 std::pair<torch::Tensor, torch::Tensor> LayerNormResidualIn(const torch::nn::LayerNorm& layer,
                                                             const torch::Tensor& x,
-                                                            const torch::Tensor& add) {
+                                                            const torch::Tensor& add,
+                                                            int64_t repeat) {
   const auto& o = layer->options;
-  if (o.normalized_shape().size() != 1) return {LayerNormIn(layer, x, add), x};
-  return LayerNormResidual(x, layer->weight, layer->bias, o.eps(), add);
+  if (o.normalized_shape().size() != 1) return {LayerNormIn(layer, x, add, repeat), x};
+  return LayerNormResidual(x, layer->weight, layer->bias, o.eps(), add, repeat);
 }
 
 torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,
@@ -197,6 +198,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     auto w = torch::cat({to_q->weight, to_k->weight, to_v->weight});
     return LinearIn(out_proj, FusedShortSelfAttention(torch::linear(x, As(w, x)), heads));
   }
+  if (x.dim() == 4) {  // a clip's rows [B, L, P, C]: as [B·P, L, C] sequences, and back
+    TORCH_CHECK(!context.defined(), "attention: clip rows ", x.sizes(),
+                " take self-attention only");
+    const int64_t b = x.size(0), l = x.size(1), p = x.size(2);
+    auto out = forward(x.permute({0, 2, 1, 3}).reshape({b * p, l, x.size(3)}));
+    return out.view({b, p, l, out.size(2)}).permute({0, 2, 1, 3}).contiguous();
+  }
   const auto& ctx = context.defined() ? context : x;
   auto q = LinearIn(to_q, x);
   auto k = LinearIn(to_k, As(ctx, x));
@@ -282,12 +290,16 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
     const auto& conv = module.ptr<torch::nn::Conv2dImpl>();
     return torch::linear(tokens, As(conv->weight.flatten(1), tokens), As(conv->bias, tokens));
   };
-  auto y = TransposeTokens(GroupNormIn(norm, x).view({n, c, h * w}));
+  // Channels-last feature maps are tokens already ([N, H, W, C] in memory): views both ways.
+  const bool channels_last = IsChannelsLast(x);
+  auto y = channels_last ? GroupNormIn(norm, x).permute({0, 2, 3, 1}).reshape({n, h * w, c})
+                         : TransposeTokens(GroupNormIn(norm, x).view({n, c, h * w}));
   y = project(proj_in, y);
   for (const auto& block : *transformer_blocks) {
     y = block->as<SpatialTransformerBlockImpl>()->forward(y, context, num_frames);
   }
   y = project(proj_out, y);
+  if (channels_last) return x + y.view({n, h, w, c}).permute({0, 3, 1, 2});
   return AddTransposed(x.reshape({n, c, h * w}), y).view({n, c, h, w});
 }
 

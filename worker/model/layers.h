@@ -47,16 +47,17 @@ torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x,
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
 // SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/fused_ops.h).
 torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
-// LayerNorm over the last dimension, + `add` ([P, C], row r of x taking add's row r mod P) where
-// given: the fused kernel on CUDA (the parameters read in their stored dtype), LibTorch's
-// layer_norm otherwise.
+// LayerNorm over the last dimension, + `add` ([P, C], row r of x taking add's row
+// (r / repeat) mod P) where given: the fused kernel on CUDA (the parameters read in their stored
+// dtype), LibTorch's layer_norm otherwise.
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
-                          const torch::Tensor& add = {});
+                          const torch::Tensor& add = {}, int64_t repeat = 1);
 // {LayerNormIn(layer, x, add), x} for x + f(LayerNorm(x)): the second is the residual to add,
 // whose gradient the fused kernel sums with the norm's (fused_ops.h, LayerNormResidual).
 std::pair<torch::Tensor, torch::Tensor> LayerNormResidualIn(const torch::nn::LayerNorm& layer,
                                                             const torch::Tensor& x,
-                                                            const torch::Tensor& add = {});
+                                                            const torch::Tensor& add = {},
+                                                            int64_t repeat = 1);
 
 // Sinusoidal timestep features, [B] → [B, dim], fp32 (diffusers get_timestep_embedding).
 torch::Tensor TimestepFeatures(const torch::Tensor& timesteps, int64_t dim, bool flip_sin_to_cos,
@@ -90,7 +91,9 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads, int64_t head_dim);
   // x [N, Lq, C]; context [N, Lk, Cctx] or undefined for self-attention. When context has
   // fewer rows than x (one per clip) and `repeat` > 1, K and V are computed per clip and
-  // repeated `repeat` times (frames of a clip see the same text).
+  // repeated `repeat` times (frames of a clip see the same text). Self-attention also takes a
+  // channels-last clip's rows x [B, L, P, C] (the B·P sequences over L interleaved, a motion
+  // module's frames of each pixel) and returns the same layout.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context = {},
                         int64_t repeat = 1);
   int64_t heads;

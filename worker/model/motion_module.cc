@@ -42,9 +42,10 @@ TemporalTransformerBlockImpl::TemporalTransformerBlockImpl(int64_t dim, int64_t 
 torch::Tensor TemporalTransformerBlockImpl::forward(torch::Tensor x) {
   // diffusers: pos_embed(norm(x)); the table is added inside the norm's pass.
   const auto table = pos_embed->Table(x);
-  auto [h1, r1] = LayerNormResidualIn(norm1, x, table);
+  const int64_t repeat = x.dim() == 4 ? x.size(2) : 1;  // a clip's rows: H·W rows a frame
+  auto [h1, r1] = LayerNormResidualIn(norm1, x, table, repeat);
   x = attn1(h1) + r1;
-  auto [h2, r2] = LayerNormResidualIn(norm2, x, table);
+  auto [h2, r2] = LayerNormResidualIn(norm2, x, table, repeat);
   x = attn2(h2) + r2;
   auto [h3, r3] = LayerNormResidualIn(norm3, x);
   return ff(h3) + r3;
@@ -74,6 +75,22 @@ torch::Tensor MotionModuleImpl::forward(const torch::Tensor& x, int64_t num_fram
   }
   const int64_t bf = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const int64_t b = bf / num_frames;
+  if (IsChannelsLast(x)) {
+    // The clip's rows [B, F, H·W, C] are the tokens: GroupNorm keeps the layout (across frames:
+    // the 5-D view [B, C, F, H, W] is channels-last too), the blocks work on rows, and the
+    // residual is a plain add.
+    const auto normed =
+        norm_across_frames
+            ? GroupNormIn(norm, x.view({b, num_frames, c, h, w}).permute({0, 2, 1, 3, 4}))
+                  .permute({0, 2, 3, 4, 1})
+            : GroupNormIn(norm, x).permute({0, 2, 3, 1});
+    auto y = LinearIn(proj_in, normed.reshape({b, num_frames, h * w, c}));
+    for (const auto& block : *transformer_blocks) {
+      y = block->as<TemporalTransformerBlockImpl>()->forward(y);
+    }
+    y = LinearIn(proj_out, y);
+    return x + y.view({bf, h, w, c}).permute({0, 3, 1, 2});
+  }
   // Tokens [B·H·W, F, C]: each pixel's frames in a row. The clip [B, F·C, H·W] transposed to
   // [B, H·W, F·C] (one tiled transpose), and back with the residual added in the same pass.
   torch::Tensor tokens;

@@ -31,7 +31,9 @@ TORCH_MODULE(PositionalEmbedding);
 class TemporalTransformerBlockImpl : public torch::nn::Module {
  public:
   TemporalTransformerBlockImpl(int64_t dim, int64_t heads, int64_t max_len);
-  torch::Tensor forward(torch::Tensor x);  // x [B·H·W, F, C]
+  // x [B·H·W, F, C] tokens, or a channels-last clip's rows [B, F, H·W, C] (each pixel's frames
+  // interleaved: the norms add the positions by frame, the attention reads rows H·W apart).
+  torch::Tensor forward(torch::Tensor x);
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
   Attention attn1{nullptr}, attn2{nullptr};
   FeedForward ff{nullptr};
@@ -43,7 +45,8 @@ class MotionModuleImpl : public torch::nn::Module {
  public:
   MotionModuleImpl(int64_t channels, int64_t heads, int64_t groups, int64_t max_len);
   // x [(B·F), C, H, W] → same shape. `norm_across_frames`: GroupNorm statistics over all
-  // frames of a clip (diffusers) or per frame (original AnimateDiff), spec §2.5.
+  // frames of a clip (diffusers) or per frame (original AnimateDiff), spec §2.5. A channels-last
+  // x ([B, F, H, W, C] in memory) runs without transposes: the tokens are its rows.
   torch::Tensor forward(const torch::Tensor& x, int64_t num_frames, bool norm_across_frames);
   // New-module initialisation: proj_out zeroed so the module starts as the identity.
   void ZeroInitProjOut();

@@ -132,8 +132,12 @@ torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tens
   auto emb = time_embedding(features);  // [B, temb], one per clip
   auto ctx = text.to(dtype);
 
-  auto x = sample.permute({0, 2, 1, 3, 4})
-               .reshape({b * frames, sample.size(1), sample.size(3), sample.size(4)});
+  const int64_t channels = sample.size(1), height = sample.size(3), width = sample.size(4);
+  auto x = channels_last_
+               ? sample.permute({0, 2, 3, 4, 1})
+                     .reshape({b * frames, height, width, channels})
+                     .permute({0, 3, 1, 2})
+               : sample.permute({0, 2, 1, 3, 4}).reshape({b * frames, channels, height, width});
   x = Conv2dIn(conv_in, x);
 
   auto resnet = [&](torch::nn::ModuleList list, size_t i, const torch::Tensor& h) {
@@ -177,7 +181,10 @@ torch::Tensor UNet3DImpl::forward(const torch::Tensor& sample, const torch::Tens
     for (size_t l = 0; l < block->resnets->size(); ++l) {
       auto skip = skips.back();
       skips.pop_back();
-      x = resnet(block->resnets, l, torch::cat({x, skip}, 1));
+      auto joined = torch::cat({x, skip}, 1);
+      // cat keeps a common channels-last layout; this makes sure of it (a no-op then).
+      if (channels_last_) joined = joined.contiguous(at::MemoryFormat::ChannelsLast);
+      x = resnet(block->resnets, l, joined);
       if (block->attentions) x = attention(block->attentions, l, x);
       x = RunMotion(block->motion_modules, l, x, frames);
     }
@@ -200,6 +207,17 @@ std::vector<std::pair<std::string, torch::Tensor>> UNet3DImpl::MotionParameters(
     }
   }
   return out;
+}
+
+void UNet3DImpl::set_channels_last(bool on) {
+  torch::NoGradGuard no_grad;
+  const auto format = on ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<torch::nn::Conv2dImpl>()) {
+      conv->weight.set_data(conv->weight.contiguous(format));
+    }
+  }
+  channels_last_ = on;
 }
 
 void UNet3DImpl::FreezeAllButMotionModules() {

@@ -46,6 +46,13 @@ class UNet3DImpl : public torch::nn::Module {
   const MotionConfig& motion_config() const { return motion_; }
   void set_norm_across_frames(bool v) { motion_.norm_across_frames = v; }
   void set_gradient_checkpointing(GradientCheckpointing v) { gradient_checkpointing_ = v; }
+  // Channels-last feature maps ([B·F, H, W, C] in memory; the trainer's choice on CUDA with the
+  // fused kernels): cuDNN convolves them without converting to and from NCHW around every
+  // convolution, the transformers' tokens and the motion modules' rows are views of them, and
+  // GroupNorm runs its channels-last kernels. Converts the convolution weights to match. Same
+  // results either way (the layers read the layout of what they are given).
+  void set_channels_last(bool on);
+  bool channels_last() const { return channels_last_; }
 
  private:
   torch::Tensor RunMotion(torch::nn::ModuleList list, size_t i, const torch::Tensor& x,
@@ -54,6 +61,7 @@ class UNet3DImpl : public torch::nn::Module {
   UNetConfig unet_;
   MotionConfig motion_;
   GradientCheckpointing gradient_checkpointing_ = GradientCheckpointing::kNone;
+  bool channels_last_ = false;
 
   torch::nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
   TimestepEmbedding time_embedding{nullptr};

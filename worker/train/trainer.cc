@@ -330,6 +330,8 @@ class Run {
         if (!item.value().requires_grad()) item.value().set_data(item.value().to(compute_dtype_));
       }
     }
+    // Channels-last feature maps where the fused kernels run (unet3d.h says what it saves).
+    model_->set_channels_last(device_.is_cuda() && spec_.train.fused_kernels);
     return std::nullopt;
   }
 
