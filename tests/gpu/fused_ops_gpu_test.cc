@@ -183,6 +183,12 @@ TEST_F(FusedOpsGpuTest, ChannelsLastGroupNormMatchesTheComposition) {
         EXPECT_LT(RelativeError(g[0], tg[0]), tol) << "dx " << what;
         EXPECT_LT(RelativeError(g[1], tg[1]), tol) << "dw " << what;
         EXPECT_LT(RelativeError(g[2], tg[2]), tol) << "db " << what;
+        // x used again beside its norm (a residual): that use's gradient added in the pass.
+        auto dr = torch::randn(x.sizes(), o).to(dtype);
+        auto [y2, r2] = GroupNormResidual(x, k.groups, w.to(dtype), b.to(dtype), 1e-5, silu);
+        auto gr = torch::autograd::grad({y2, r2 * 1}, {x}, {dy, dr})[0];
+        EXPECT_TRUE(IsChannelsLast(gr)) << what;
+        EXPECT_LT(RelativeError(gr, tg[0] + dr.to(torch::kFloat)), tol) << "dx + dres " << what;
       }
     }
   }

@@ -84,6 +84,27 @@ TEST(FusedGroupNormSilu, ChannelsLastInputKeepsItsLayout) {
   EXPECT_FALSE(IsChannelsLast(torch::randn({2, 8, 3, 5})));
 }
 
+// x + f(GroupNorm(x)) on the pass-through output: x's gradient sums both uses', in either
+// layout.
+TEST(FusedGroupNormSilu, ResidualPassThroughCarriesItsGradient) {
+  torch::manual_seed(18);
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  for (const bool channels_last : {false, true}) {
+    auto x = torch::randn({2, 8, 3, 5}, opts) + 0.5;
+    if (channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    x.requires_grad_();
+    auto w = torch::randn({8}, opts);
+    auto dy = torch::randn({2, 8, 3, 5}, opts), dr = torch::randn({2, 8, 3, 5}, opts);
+    auto ref = torch::silu(torch::group_norm(x, 4, w, {}, 1e-5));
+    auto ref_dx = torch::autograd::grad({ref}, {x}, {dy})[0] + dr;
+    auto [y, r] = FusedGroupNormResidual(x, 4, w, {}, 1e-5, /*silu=*/true);
+    EXPECT_TRUE(torch::equal(r, x));
+    auto dx = torch::autograd::grad({y, r * 1}, {x}, {dy, dr})[0];
+    EXPECT_LT(MaxRelative(y, ref), 1e-12) << channels_last;
+    EXPECT_LT(MaxRelative(dx, ref_dx), 1e-10) << channels_last;
+  }
+}
+
 TEST(FusedGroupNormSilu, StatisticsAreTheGroupsMeanAndInverseDeviation) {
   auto x = torch::tensor({1.0f, 3.0f, 5.0f, 7.0f, 2.0f, 2.0f, 2.0f, 6.0f}).view({1, 4, 2});
   auto r = fused_reference::GroupNormSiluForward(x, 2, {}, {}, 0.0);

@@ -122,7 +122,7 @@ bool ChannelsLastKernelApplies(const torch::Tensor& x, int64_t groups) {
 
 class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                int64_t groups, double eps, bool silu) {
     // Channels-last input stays so (its kernels read rows of channels); anything else is made
@@ -169,7 +169,7 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["silu"] = silu;
-    return y;
+    return {y, input};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -179,8 +179,10 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
     const int64_t groups = ctx->saved_data["groups"].toInt();
     const bool silu = ctx->saved_data["silu"].toBool();
     const bool rows = ChannelsLastKernelApplies(x, groups);
-    const auto dy =
-        rows ? Aligned(SameLayout(grads[0].to(x.scalar_type()), x)) : grads[0].contiguous();
+    // grads[1]: the pass-through's (x's other use), undefined when it had none.
+    const auto& dy_in = grads[0].defined() ? grads[0] : torch::zeros_like(x);
+    const auto dy = rows ? Aligned(SameLayout(dy_in.to(x.scalar_type()), x)) : dy_in.contiguous();
+    const auto& dres_in = grads[1];
     // γ and β train in the motion modules' GroupNorm; they are frozen in the UNet's.
     const bool weight_grad = weight.defined() && weight.requires_grad();
     const bool bias_grad = bias.defined() && bias.requires_grad();
@@ -196,9 +198,11 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
       torch::Tensor sums;
       if (weight_grad || bias_grad) sums = torch::empty({n * chunks, 2, c}, f32);
       dx = torch::empty_like(x);
+      const auto dres =
+          dres_in.defined() ? Aligned(SameLayout(dres_in.to(x.scalar_type()), x)) : dres_in;
       Check(fused_cuda::GroupNormChannelsLastBackward(
                 KernelType(x), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
-                rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), dx.data_ptr(),
+                rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), PtrOrNull(dres), dx.data_ptr(),
                 partial.data_ptr<float>(), sums.defined() ? sums.data_ptr<float>() : nullptr, n, s,
                 c, groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
             "channels-last GroupNorm backward kernel");
@@ -241,6 +245,7 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
                                                                         bias, groups, silu);
       }
     }
+    if (!rows && dres_in.defined()) dx = dx + dres_in.to(dx.scalar_type());
     torch::Tensor dweight, dbias;
     if (weight_grad) dweight = dw.to(weight.scalar_type());
     if (bias_grad) dbias = db.to(bias.scalar_type());
@@ -588,15 +593,24 @@ bool FusedKernelsBuilt() {
 void SetFusedKernels(bool on) { fused_enabled.store(on); }
 bool FusedKernelsEnabled() { return fused_enabled.load(); }
 
-torch::Tensor FusedGroupNorm(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
-                             const torch::Tensor& bias, double eps, bool silu) {
+std::pair<torch::Tensor, torch::Tensor> FusedGroupNormResidual(const torch::Tensor& x,
+                                                               int64_t groups,
+                                                               const torch::Tensor& weight,
+                                                               const torch::Tensor& bias,
+                                                               double eps, bool silu) {
   TORCH_CHECK(x.dim() >= 2 && x.size(1) % groups == 0, "GroupNorm: ", x.size(1),
               " channels do not split into ", groups, " groups");
   // Without affine parameters: γ = 1, β = 0 (autograd functions take defined tensors only).
   const auto o = x.options().requires_grad(false);
-  return GroupNormFunction::apply(x, weight.defined() ? weight : torch::ones({x.size(1)}, o),
-                                  bias.defined() ? bias : torch::zeros({x.size(1)}, o), groups, eps,
-                                  silu);
+  auto out = GroupNormFunction::apply(x, weight.defined() ? weight : torch::ones({x.size(1)}, o),
+                                      bias.defined() ? bias : torch::zeros({x.size(1)}, o), groups,
+                                      eps, silu);
+  return {out[0], out[1]};
+}
+
+torch::Tensor FusedGroupNorm(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps, bool silu) {
+  return FusedGroupNormResidual(x, groups, weight, bias, eps, silu).first;
 }
 
 torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
@@ -755,6 +769,17 @@ torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch:
   if (FusedKernelsEnabled() && UseKernel(x))
     return FusedGroupNormSilu(x, groups, weight, bias, eps);
   return torch::silu(torch::group_norm(x, groups, weight, bias, eps));
+}
+
+std::pair<torch::Tensor, torch::Tensor> GroupNormResidual(const torch::Tensor& x, int64_t groups,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps,
+                                                          bool silu) {
+  if (FusedKernelsEnabled() && UseKernel(x)) {
+    return FusedGroupNormResidual(x, groups, weight, bias, eps, silu);
+  }
+  auto y = torch::group_norm(x, groups, weight, bias, eps);
+  return {silu ? torch::silu(y) : y, x};
 }
 
 torch::Tensor GroupNormPlain(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,

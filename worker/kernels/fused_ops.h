@@ -36,6 +36,15 @@ torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch:
 torch::Tensor GroupNormPlain(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
                              const torch::Tensor& bias, double eps);
 
+// {GroupNorm(x) (+ SiLU where silu), x} for an x used again beside its norm (a residual add, a
+// shortcut convolution): use the second for that use, and the channels-last kernels' backward
+// adds its gradient to the norm's in their pass (where autograd would sum x's two gradients with
+// a kernel of its own). Off the kernels: {the composition, x}.
+std::pair<torch::Tensor, torch::Tensor> GroupNormResidual(const torch::Tensor& x, int64_t groups,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps,
+                                                          bool silu);
+
 // [B, R, S] → [B, S, R], contiguous: the layout changes into and out of the token sequences,
 // e.g. a transformer's [N, C, H·W] feature map to [N, H·W, C] tokens, a motion module's
 // [B, F·C, H·W] clip to [B, H·W, F·C] (each pixel's frames in a row). LibTorch's copy of a
@@ -100,6 +109,11 @@ torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k
 // these and the plain composition.)
 torch::Tensor FusedGroupNorm(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
                              const torch::Tensor& bias, double eps, bool silu);
+std::pair<torch::Tensor, torch::Tensor> FusedGroupNormResidual(const torch::Tensor& x,
+                                                               int64_t groups,
+                                                               const torch::Tensor& weight,
+                                                               const torch::Tensor& bias,
+                                                               double eps, bool silu);
 torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
                                  const torch::Tensor& weight, const torch::Tensor& bias,
                                  double eps);

@@ -92,6 +92,13 @@ torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Te
   return GroupNormSilu(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps());
 }
 
+std::pair<torch::Tensor, torch::Tensor> GroupNormResidualIn(const torch::nn::GroupNorm& layer,
+                                                            const torch::Tensor& x, bool silu) {
+  const auto& o = layer->options;
+  return GroupNormResidual(x, o.num_groups(), As(layer->weight, x), As(layer->bias, x), o.eps(),
+                           silu);
+}
+
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
                           const torch::Tensor& add, int64_t repeat) {
   const auto& o = layer->options;
@@ -157,19 +164,21 @@ torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Te
   // conv1's bias joins the time embedding's projection (one [B, C] add instead of a pass over
   // the feature map: LibTorch adds a convolution's bias as a separate kernel), and conv2's joins
   // the shortcut convolution's where there is one.
-  auto h = Conv2dIn(conv1, GroupNormSiluIn(norm1, x), /*with_bias=*/false);
+  // x's second use (the residual or the shortcut convolution) takes the norm's pass-through.
+  const auto [normed, input] = GroupNormResidualIn(norm1, x, /*silu=*/true);
+  auto h = Conv2dIn(conv1, normed, /*with_bias=*/false);
   // Project once per clip, then broadcast to its frames.
   auto t = LinearIn(time_emb_proj, torch::silu(As(emb, x)));
   if (conv1->bias.defined()) t = t + As(conv1->bias, t);
   t = t.repeat_interleave(num_frames, 0).unsqueeze(-1).unsqueeze(-1);
   h = h + t;
   h = GroupNormSiluIn(norm2, h);
-  if (!conv_shortcut) return x + Conv2dIn(conv2, h);
+  if (!conv_shortcut) return input + Conv2dIn(conv2, h);
   auto shortcut_bias = conv_shortcut->bias;
   if (conv2->bias.defined()) {
     shortcut_bias = shortcut_bias.defined() ? shortcut_bias + conv2->bias : conv2->bias;
   }
-  return Conv2dIn(conv_shortcut, x, /*with_bias=*/false, shortcut_bias) +
+  return Conv2dIn(conv_shortcut, input, /*with_bias=*/false, shortcut_bias) +
          Conv2dIn(conv2, h, /*with_bias=*/false);
 }
 
@@ -292,15 +301,16 @@ torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Te
   };
   // Channels-last feature maps are tokens already ([N, H, W, C] in memory): views both ways.
   const bool channels_last = IsChannelsLast(x);
-  auto y = channels_last ? GroupNormIn(norm, x).permute({0, 2, 3, 1}).reshape({n, h * w, c})
-                         : TransposeTokens(GroupNormIn(norm, x).view({n, c, h * w}));
+  const auto [normed, input] = GroupNormResidualIn(norm, x, /*silu=*/false);
+  auto y = channels_last ? normed.permute({0, 2, 3, 1}).reshape({n, h * w, c})
+                         : TransposeTokens(normed.view({n, c, h * w}));
   y = project(proj_in, y);
   for (const auto& block : *transformer_blocks) {
     y = block->as<SpatialTransformerBlockImpl>()->forward(y, context, num_frames);
   }
   y = project(proj_out, y);
-  if (channels_last) return x + y.view({n, h, w, c}).permute({0, 3, 1, 2});
-  return AddTransposed(x.reshape({n, c, h * w}), y).view({n, c, h, w});
+  if (channels_last) return input + y.view({n, h, w, c}).permute({0, 3, 1, 2});
+  return AddTransposed(input.reshape({n, c, h * w}), y).view({n, c, h, w});
 }
 
 Downsample2DImpl::Downsample2DImpl(int64_t channels, int64_t padding) {

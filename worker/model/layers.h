@@ -47,6 +47,10 @@ torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x,
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
 // SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/fused_ops.h).
 torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
+// {GroupNorm(x) (+ SiLU), x} for an x used again (residual, shortcut): the second is that use's
+// x, whose gradient the channels-last kernels add in the norm's backward (GroupNormResidual).
+std::pair<torch::Tensor, torch::Tensor> GroupNormResidualIn(const torch::nn::GroupNorm& layer,
+                                                            const torch::Tensor& x, bool silu);
 // LayerNorm over the last dimension, + `add` ([P, C], row r of x taking add's row
 // (r / repeat) mod P) where given: the fused kernel on CUDA (the parameters read in their stored
 // dtype), LibTorch's layer_norm otherwise.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include "worker/kernels/fused_ops.h"
 
@@ -78,18 +79,23 @@ torch::Tensor MotionModuleImpl::forward(const torch::Tensor& x, int64_t num_fram
   if (IsChannelsLast(x)) {
     // The clip's rows [B, F, H·W, C] are the tokens: GroupNorm keeps the layout (across frames:
     // the 5-D view [B, C, F, H, W] is channels-last too), the blocks work on rows, and the
-    // residual is a plain add.
-    const auto normed =
-        norm_across_frames
-            ? GroupNormIn(norm, x.view({b, num_frames, c, h, w}).permute({0, 2, 1, 3, 4}))
-                  .permute({0, 2, 3, 4, 1})
-            : GroupNormIn(norm, x).permute({0, 2, 3, 1});
+    // residual is a plain add of the norm's pass-through (its gradient added in the norm's pass).
+    torch::Tensor normed, input;
+    if (norm_across_frames) {
+      auto [y5, x5] = GroupNormResidualIn(
+          norm, x.view({b, num_frames, c, h, w}).permute({0, 2, 1, 3, 4}), /*silu=*/false);
+      normed = y5.permute({0, 2, 3, 4, 1});
+      input = x5.permute({0, 2, 1, 3, 4}).reshape({bf, c, h, w});
+    } else {
+      std::tie(normed, input) = GroupNormResidualIn(norm, x, /*silu=*/false);
+      normed = normed.permute({0, 2, 3, 1});
+    }
     auto y = LinearIn(proj_in, normed.reshape({b, num_frames, h * w, c}));
     for (const auto& block : *transformer_blocks) {
       y = block->as<TemporalTransformerBlockImpl>()->forward(y);
     }
     y = LinearIn(proj_out, y);
-    return x + y.view({bf, h, w, c}).permute({0, 3, 1, 2});
+    return input + y.view({bf, h, w, c}).permute({0, 3, 1, 2});
   }
   // Tokens [B·H·W, F, C]: each pixel's frames in a row. The clip [B, F·C, H·W] transposed to
   // [B, H·W, F·C] (one tiled transpose), and back with the residual added in the same pass.
