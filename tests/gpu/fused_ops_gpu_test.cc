@@ -183,12 +183,19 @@ TEST_F(FusedOpsGpuTest, ChannelsLastGroupNormMatchesTheComposition) {
         EXPECT_LT(RelativeError(g[0], tg[0]), tol) << "dx " << what;
         EXPECT_LT(RelativeError(g[1], tg[1]), tol) << "dw " << what;
         EXPECT_LT(RelativeError(g[2], tg[2]), tol) << "db " << what;
-        // x used again beside its norm (a residual): that use's gradient added in the pass.
-        auto dr = torch::randn(x.sizes(), o).to(dtype);
+        // x used again beside its norm (a residual): that use's gradient added in the pass,
+        // packed, or a channel slice of a wider map (a skip connection's, out of its
+        // concatenation's backward: read in place).
         auto [y2, r2] = GroupNormResidual(x, k.groups, w.to(dtype), b.to(dtype), 1e-5, silu);
-        auto gr = torch::autograd::grad({y2, r2 * 1}, {x}, {dy, dr})[0];
+        auto dr = torch::randn(x.sizes(), o).to(dtype);
+        auto gr = torch::autograd::grad({y2, r2 * 1}, {x}, {dy, dr}, /*retain_graph=*/true)[0];
         EXPECT_TRUE(IsChannelsLast(gr)) << what;
         EXPECT_LT(RelativeError(gr, tg[0] + dr.to(torch::kFloat)), tol) << "dx + dres " << what;
+        auto joined = torch::cat({r2, torch::zeros_like(r2)}, 1);
+        auto wide = torch::empty_like(joined).normal_();
+        auto gs = torch::autograd::grad({y2, joined}, {x}, {dy, wide})[0];
+        EXPECT_LT(RelativeError(gs, tg[0] + wide.narrow(1, 0, c).to(torch::kFloat)), tol)
+            << "dx + sliced dres " << what;
       }
     }
   }

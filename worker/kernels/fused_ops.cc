@@ -108,6 +108,19 @@ torch::Tensor SameLayout(const torch::Tensor& t, const torch::Tensor& x) {
   return torch::empty_like(x, t.options()).copy_(t);
 }
 
+#ifdef ADCTL_FUSED_CUDA
+// Elements between consecutive rows of t's channels (t [N, C, ...] seen as [N·..., C]) when
+// they are evenly spaced with the channels contiguous, else 0.
+int64_t RowPitch(const torch::Tensor& t) {
+  const auto m = t.movedim(1, -1);
+  if (m.dim() < 2 || m.stride(-1) != 1 || m.stride(-2) < m.size(-1)) return 0;
+  for (int64_t d = m.dim() - 3; d >= 0; --d) {
+    if (m.size(d) > 1 && m.stride(d) != m.stride(d + 1) * m.size(d + 1)) return 0;
+  }
+  return m.stride(-2);
+}
+#endif
+
 // The channels-last GroupNorm kernels serve x: a CUDA tensor stored channels-last whose
 // channels split into groups they take.
 bool ChannelsLastKernelApplies(const torch::Tensor& x, int64_t groups) {
@@ -127,6 +140,7 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
                                int64_t groups, double eps, bool silu) {
     // Channels-last input stays so (its kernels read rows of channels); anything else is made
     // contiguous.
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined
     const bool rows = ChannelsLastKernelApplies(input, groups);
     auto x = rows ? Aligned(input) : input.contiguous();
     torch::Tensor y, mean, rstd;
@@ -198,13 +212,21 @@ class GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
       torch::Tensor sums;
       if (weight_grad || bias_grad) sums = torch::empty({n * chunks, 2, c}, f32);
       dx = torch::empty_like(x);
-      const auto dres =
-          dres_in.defined() ? Aligned(SameLayout(dres_in.to(x.scalar_type()), x)) : dres_in;
+      // The residual's gradient is read where it lies when its rows are evenly spaced (a channel
+      // slice of a wider channels-last map, as the skip connections' come out of their
+      // concatenation's backward); copied to x's layout otherwise.
+      auto dres = dres_in.defined() ? dres_in.to(x.scalar_type()) : dres_in;
+      int64_t pitch = dres.defined() ? RowPitch(dres) : 0;
+      if (dres.defined() && pitch == 0) {
+        dres = SameLayout(dres, x);
+        pitch = c;
+      }
       Check(fused_cuda::GroupNormChannelsLastBackward(
                 KernelType(x), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
-                rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), PtrOrNull(dres), dx.data_ptr(),
-                partial.data_ptr<float>(), sums.defined() ? sums.data_ptr<float>() : nullptr, n, s,
-                c, groups, silu, c10::cuda::getCurrentCUDAStream().stream()),
+                rstd.data_ptr<float>(), PtrOrNull(w), PtrOrNull(b), PtrOrNull(dres), pitch,
+                dx.data_ptr(), partial.data_ptr<float>(),
+                sums.defined() ? sums.data_ptr<float>() : nullptr, n, s, c, groups, silu,
+                c10::cuda::getCurrentCUDAStream().stream()),
             "channels-last GroupNorm backward kernel");
       if (sums.defined()) {
         const auto total = sums.sum(0);
@@ -402,6 +424,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                const torch::Tensor& add, double eps, int64_t repeat) {
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined
     auto x = input.contiguous();
     torch::Tensor y, mean, rstd;
     if (UseKernel(x)) {

@@ -221,13 +221,13 @@ __global__ void __launch_bounds__(kThreads)
 // GroupNorm (+ SiLU) on channels-last x: sample `blockIdx.y` is s rows of c channels
 // ([n, s, c]; NHWC with s = H·W, a motion module's clip [B, F·H·W, C]). A group's elements are
 // cg = c / groups adjacent channels of every row, so the work goes by columns: thread x of a
-// block owns the V channels x·V … x·V + V − 1 (16 bytes where c allows; V ≤ cg, so they fall in
-// at most two groups, `Span`), rows threadIdx.y, + blockDim.y, … of the block's chunk of rows;
-// a warp's loads of a row are contiguous bytes. Each direction is two kernels: per-chunk sums of
-// each group ([n, chunks, groups, 2] `partial`), then the element-wise pass, whose blocks first
-// merge their sample's chunks. The forward's sums are of x − K, K the group's first element
-// (shifted data: the variance does not cancel away when the mean is large against the spread).
-// The backward adds `dres` (a residual's gradient of the same x, may be null) to dx.
+// block owns the V channels x·V … (V divides cg: one group), rows threadIdx.y, + blockDim.y, …
+// of the block's chunk of rows; its loads of a row are the warp's contiguous bytes. Each
+// direction is two kernels: per-chunk sums of each group ([n, chunks, groups, 2] `partial`),
+// then the element-wise pass, whose blocks first merge their sample's chunks. The forward's sums
+// are of x − K, K the group's first element (shifted data: the variance does not cancel away
+// when the mean is large against the spread). The backward adds `dres` (a residual's gradient
+// of the same x, rows `dres_pitch` elements apart; may be null) to dx.
 constexpr int kChannelsLastThreads = 512;
 
 struct ChannelsLastShape {
@@ -235,41 +235,21 @@ struct ChannelsLastShape {
   int chunks;
 };
 
-// The groups of a thread's V channels: elements k < split in group `first`, the rest in `second`
-// (= first when they all fall in one).
-struct Span {
-  int first, second, split;
-};
-
-template <int V>
-__device__ __forceinline__ Span SpanOf(int col, int64_t cg) {
-  const int64_t c0 = static_cast<int64_t>(col) * V;
-  const int first = static_cast<int>(c0 / cg), second = static_cast<int>((c0 + V - 1) / cg);
-  return {first, second, static_cast<int>((first + 1) * cg - c0)};
-}
-
-// The sums of a thread's accumulators (a, b for its first group; a2, b2 for its second) over
-// the threads of each group, into partial[sample, chunk, group, 0 … 1]. `shared`:
-// 4 · blockDim.x · blockDim.y floats.
-template <int V>
-__device__ void GroupSums(float a, float b, float a2, float b2, float* shared, float* partial,
-                          const ChannelsLastShape& sh) {
+// The sums of a thread's two accumulators over the threads of each group, into
+// partial[sample, chunk, group, 0 … 1]. `shared`: 2 · blockDim.x · blockDim.y floats.
+__device__ void GroupSums(float a, float b, float* shared, float* partial,
+                          const ChannelsLastShape& sh, int per_group) {
   const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
   shared[tid] = a;
   shared[threads + tid] = b;
-  shared[2 * threads + tid] = a2;
-  shared[3 * threads + tid] = b2;
   __syncthreads();
   if (tid < sh.groups) {
-    const int64_t cg = sh.c / sh.groups;
-    const int c0 = static_cast<int>(tid * cg / V), c1 = static_cast<int>(((tid + 1) * cg - 1) / V);
     float sa = 0.f, sb = 0.f;
     for (int y = 0; y < blockDim.y; ++y) {
-      for (int j = c0; j <= c1; ++j) {
-        const int idx = y * blockDim.x + j;
-        const int slot = SpanOf<V>(j, cg).first == tid ? 0 : 2;
-        sa += shared[slot * threads + idx];
-        sb += shared[(slot + 1) * threads + idx];
+      for (int j = 0; j < per_group; ++j) {
+        const int idx = y * blockDim.x + tid * per_group + j;
+        sa += shared[idx];
+        sb += shared[threads + idx];
       }
     }
     float* out =
@@ -310,28 +290,21 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
   using VecT = Vec<T, V>;
   const int64_t cg = sh.c / sh.groups;
   const int col = threadIdx.x;
-  const Span span = SpanOf<V>(col, cg);
   const T* xs = x + blockIdx.y * sh.s * sh.c;
-  const float shift1 = Load(xs[span.first * cg]), shift2 = Load(xs[span.second * cg]);
-  float s1 = 0.f, s2 = 0.f, t1 = 0.f, t2 = 0.f;  // the first group's sums, the second's
+  const float shift = Load(xs[col * V / cg * cg]);
+  float s1 = 0.f, s2 = 0.f;
   const int64_t end = ChunkEnd(sh);
 #pragma unroll 4
   for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
     const VecT in = reinterpret_cast<const VecT*>(xs + r * sh.c)[col];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      if (k < span.split) {
-        const float d = Load(in.v[k]) - shift1;
-        s1 += d;
-        s2 += d * d;
-      } else {
-        const float d = Load(in.v[k]) - shift2;
-        t1 += d;
-        t2 += d * d;
-      }
+      const float d = Load(in.v[k]) - shift;
+      s1 += d;
+      s2 += d * d;
     }
   }
-  GroupSums<V>(s1, s2, t1, t2, shared, partial, sh);
+  GroupSums(s1, s2, shared, partial, sh, static_cast<int>(cg / V));
 }
 
 template <typename T, int V, bool Silu>
@@ -363,14 +336,14 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
     }
   }
   __syncthreads();
-  const int col = threadIdx.x;
+  const int col = threadIdx.x, group = static_cast<int>(col * V / cg);
+  const float mean = merged[group], rstd = merged[sh.groups + group];
   float scale[V], shift[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int64_t channel = col * V + k;
-    const int group = static_cast<int>(channel / cg);
-    scale[k] = merged[sh.groups + group] * (gamma ? Load(gamma[channel]) : 1.f);
-    shift[k] = (beta ? Load(beta[channel]) : 0.f) - merged[group] * scale[k];
+    scale[k] = rstd * (gamma ? Load(gamma[channel]) : 1.f);
+    shift[k] = (beta ? Load(beta[channel]) : 0.f) - mean * scale[k];
   }
   const int64_t end = ChunkEnd(sh);
 #pragma unroll 4
@@ -399,30 +372,6 @@ __device__ __forceinline__ void GroupNormGrad(float xv, float dyv, float mu, flo
   *g = *dz * gm;
 }
 
-// A thread's per-channel constants: each of its V channels' γ, β and its group's mean and rstd.
-template <int V>
-struct ChannelConstants {
-  float gm[V], bt[V], mu[V], rs[V];
-};
-
-template <typename T, int V>
-__device__ __forceinline__ ChannelConstants<V> ConstantsOf(int col, const T* gamma, const T* beta,
-                                                           const float* mean, const float* rstd,
-                                                           const ChannelsLastShape& sh) {
-  ChannelConstants<V> k;
-  const int64_t cg = sh.c / sh.groups;
-#pragma unroll
-  for (int e = 0; e < V; ++e) {
-    const int64_t channel = col * V + e;
-    const int64_t group = blockIdx.y * sh.groups + channel / cg;
-    k.gm[e] = gamma ? Load(gamma[channel]) : 1.f;
-    k.bt[e] = beta ? Load(beta[channel]) : 0.f;
-    k.mu[e] = mean[group];
-    k.rs[e] = rstd[group];
-  }
-  return k;
-}
-
 // Per chunk: the groups' Σ g and Σ g · x̂ into partial, and with Affine each channel's Σ dz · x̂
 // and Σ dz into affine[sample · chunks + chunk] ([2, c]).
 template <typename T, int V, bool Silu, bool Affine>
@@ -432,46 +381,45 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
                                          float* partial, float* affine, ChannelsLastShape sh) {
   extern __shared__ float shared[];
   using VecT = Vec<T, V>;
+  const int64_t cg = sh.c / sh.groups;
   const int col = threadIdx.x;
-  const Span span = SpanOf<V>(col, sh.c / sh.groups);
   const int64_t base = blockIdx.y * sh.s * sh.c;
-  const ChannelConstants<V> k = ConstantsOf<T, V>(col, gamma, beta, mean, rstd, sh);
-  float aff_gx[V], aff_g[V];
+  const int64_t group = blockIdx.y * sh.groups + col * V / cg;
+  const float mu = mean[group], rs = rstd[group];
+  float gm[V], bt[V], aff_gx[V], aff_g[V];
 #pragma unroll
-  for (int e = 0; e < V; ++e) aff_gx[e] = aff_g[e] = 0.f;
-  float g1 = 0.f, gx1 = 0.f, g2 = 0.f, gx2 = 0.f;  // Σ g, Σ g · x̂ of the first group, the second
+  for (int k = 0; k < V; ++k) {
+    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
+    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
+    aff_gx[k] = aff_g[k] = 0.f;
+  }
+  float sum_g = 0.f, sum_gx = 0.f;
   const int64_t end = ChunkEnd(sh);
 #pragma unroll 4
   for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
     const VecT xv = reinterpret_cast<const VecT*>(x + base + r * sh.c)[col];
     const VecT dv = reinterpret_cast<const VecT*>(dy + base + r * sh.c)[col];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
+    for (int k = 0; k < V; ++k) {
       float xhat, dz, g;
-      GroupNormGrad<Silu>(Load(xv.v[e]), Load(dv.v[e]), k.mu[e], k.rs[e], k.gm[e], k.bt[e], &xhat,
-                          &dz, &g);
-      if (e < span.split) {
-        g1 += g;
-        gx1 += g * xhat;
-      } else {
-        g2 += g;
-        gx2 += g * xhat;
-      }
+      GroupNormGrad<Silu>(Load(xv.v[k]), Load(dv.v[k]), mu, rs, gm[k], bt[k], &xhat, &dz, &g);
+      sum_g += g;
+      sum_gx += g * xhat;
       if (Affine) {
-        aff_gx[e] += dz * xhat;
-        aff_g[e] += dz;
+        aff_gx[k] += dz * xhat;
+        aff_g[k] += dz;
       }
     }
   }
-  GroupSums<V>(g1, gx1, g2, gx2, shared, partial, sh);
+  GroupSums(sum_g, sum_gx, shared, partial, sh, static_cast<int>(cg / V));
   if (!Affine) return;
   const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
   float* out = affine + (blockIdx.y * static_cast<int64_t>(sh.chunks) + blockIdx.x) * 2 * sh.c;
 #pragma unroll
-  for (int e = 0; e < V; ++e) {
+  for (int k = 0; k < V; ++k) {
     __syncthreads();  // the previous readers of `shared` are done
-    shared[tid] = aff_gx[e];
-    shared[threads + tid] = aff_g[e];
+    shared[tid] = aff_gx[k];
+    shared[threads + tid] = aff_g[k];
     __syncthreads();
     if (threadIdx.y == 0) {
       float a = 0.f, b = 0.f;
@@ -479,53 +427,53 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
         a += shared[y * blockDim.x + col];
         b += shared[threads + y * blockDim.x + col];
       }
-      out[col * V + e] = a;
-      out[sh.c + col * V + e] = b;
+      out[col * V + k] = a;
+      out[sh.c + col * V + k] = b;
     }
   }
 }
 
-// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) (+ dres), the means over the group from the
-// merged chunks.
+// dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)) (+ dres), the means over the group from the merged
+// chunks.
 template <typename T, int V, bool Silu>
 __global__ void __launch_bounds__(kChannelsLastThreads)
     GroupNormChannelsLastBackwardKernel(const T* dy, const T* x, const float* mean,
                                         const float* rstd, const T* gamma, const T* beta,
-                                        const float* partial, const T* dres, T* dx,
-                                        ChannelsLastShape sh) {
+                                        const float* partial, const T* dres, int64_t dres_pitch,
+                                        T* dx, ChannelsLastShape sh) {
   extern __shared__ float merged[];
   using VecT = Vec<T, V>;
   const int64_t cg = sh.c / sh.groups;
   MergeChunks(partial, merged, sh);
   const int col = threadIdx.x;
+  const int local = static_cast<int>(col * V / cg);
   const int64_t base = blockIdx.y * sh.s * sh.c;
-  const ChannelConstants<V> k = ConstantsOf<T, V>(col, gamma, beta, mean, rstd, sh);
+  const int64_t group = blockIdx.y * sh.groups + local;
+  const float mu = mean[group], rs = rstd[group];
   const float count = static_cast<float>(sh.s * cg);
-  float mean_g[V], mean_gx[V];
+  const float mean_g = merged[local] / count, mean_gx = merged[sh.groups + local] / count;
+  float gm[V], bt[V];
 #pragma unroll
-  for (int e = 0; e < V; ++e) {
-    const int group = static_cast<int>((col * V + e) / cg);
-    mean_g[e] = merged[group] / count;
-    mean_gx[e] = merged[sh.groups + group] / count;
+  for (int k = 0; k < V; ++k) {
+    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
+    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
   }
   const int64_t end = ChunkEnd(sh);
 #pragma unroll 4
   for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
-    const int64_t at = base + r * sh.c;
-    const VecT xv = reinterpret_cast<const VecT*>(x + at)[col];
-    const VecT dv = reinterpret_cast<const VecT*>(dy + at)[col];
+    const VecT xv = reinterpret_cast<const VecT*>(x + base + r * sh.c)[col];
+    const VecT dv = reinterpret_cast<const VecT*>(dy + base + r * sh.c)[col];
     VecT res;
-    if (dres) res = reinterpret_cast<const VecT*>(dres + at)[col];
+    if (dres) res = reinterpret_cast<const VecT*>(dres + (blockIdx.y * sh.s + r) * dres_pitch)[col];
     VecT out;
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
+    for (int k = 0; k < V; ++k) {
       float xhat, dz, g;
-      GroupNormGrad<Silu>(Load(xv.v[e]), Load(dv.v[e]), k.mu[e], k.rs[e], k.gm[e], k.bt[e], &xhat,
-                          &dz, &g);
-      const float o = k.rs[e] * (g - mean_g[e] - xhat * mean_gx[e]);
-      out.v[e] = Store<T>(dres ? o + Load(res.v[e]) : o);
+      GroupNormGrad<Silu>(Load(xv.v[k]), Load(dv.v[k]), mu, rs, gm[k], bt[k], &xhat, &dz, &g);
+      const float o = rs * (g - mean_g - xhat * mean_gx);
+      out.v[k] = Store<T>(dres ? o + Load(res.v[k]) : o);
     }
-    reinterpret_cast<VecT*>(dx + at)[col] = out;
+    reinterpret_cast<VecT*>(dx + base + r * sh.c)[col] = out;
   }
 }
 
@@ -1646,16 +1594,7 @@ dim3 ChannelsLastBlock(int64_t columns) {
               static_cast<unsigned>(std::max<int64_t>(1, kChannelsLastThreads / columns)));
 }
 
-size_t ReduceBytes(const dim3& block) { return 4 * block.x * block.y * sizeof(float); }
-
-// The channels-last kernels' vector: the widest (≤ 16 bytes) dividing c that the pointers allow,
-// at most cg = c / groups channels (so that it spans at most two groups).
-template <typename T>
-int ChannelsLastWidth(int64_t c, int64_t groups, std::initializer_list<const void*> pointers) {
-  int width = VectorWidth<T>(c, pointers);
-  while (width > c / groups) width /= 2;
-  return width;
-}
+size_t ReduceBytes(const dim3& block) { return 2 * block.x * block.y * sizeof(float); }
 
 }  // namespace
 
@@ -1716,7 +1655,7 @@ int GroupNormAffineBackward(DType dtype, const void* dy, const void* x, const fl
 bool GroupNormChannelsLastFits(DType dtype, int64_t c, int64_t groups) {
   if (c < 1 || groups < 1 || c % groups != 0) return false;
   int v = dtype == DType::kFloat32 ? 4 : 8;
-  while (c % v != 0 || v > c / groups) v /= 2;
+  while ((c / groups) % v != 0) v /= 2;
   return c / v <= kChannelsLastMaxColumns;
 }
 
@@ -1735,7 +1674,7 @@ int GroupNormChannelsLastForward(DType dtype, const void* x, const void* gamma, 
   const ChannelsLastShape sh = MakeChannelsLastShape(n, s, c, groups);
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int width = ChannelsLastWidth<T>(c, groups, {x, y});
+    const int width = VectorWidth<T>(c / groups, {x, y});
     if (c / width > kChannelsLastMaxColumns) return static_cast<int>(cudaErrorInvalidValue);
     WithVectorWidth(width, [&](auto v) {
       constexpr int V = decltype(v)::value;
@@ -1755,16 +1694,19 @@ int GroupNormChannelsLastForward(DType dtype, const void* x, const void* gamma, 
 
 int GroupNormChannelsLastBackward(DType dtype, const void* dy, const void* x, const float* mean,
                                   const float* rstd, const void* gamma, const void* beta,
-                                  const void* dres, void* dx, float* partial, float* affine,
-                                  int64_t n, int64_t s, int64_t c, int64_t groups, bool silu,
-                                  void* stream) {
+                                  const void* dres, int64_t dres_pitch, void* dx, float* partial,
+                                  float* affine, int64_t n, int64_t s, int64_t c, int64_t groups,
+                                  bool silu, void* stream) {
   if (n < 1 || s < 1 || !GroupNormChannelsLastFits(dtype, c, groups) || n > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   const ChannelsLastShape sh = MakeChannelsLastShape(n, s, c, groups);
   return WithDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int width = ChannelsLastWidth<T>(c, groups, {dy, x, dx, dres});
+    // A residual gradient with its own row pitch (a channel slice of a wider map: the skip
+    // connections' through their concatenation) takes what its pitch allows.
+    int width = VectorWidth<T>(c / groups, {dy, x, dx, dres});
+    while (dres && dres_pitch % width != 0) width /= 2;
     if (c / width > kChannelsLastMaxColumns) return static_cast<int>(cudaErrorInvalidValue);
     WithVectorWidth(width, [&](auto v) {
       constexpr int V = decltype(v)::value;
@@ -1782,7 +1724,7 @@ int GroupNormChannelsLastBackward(DType dtype, const void* dy, const void* x, co
       kernel<<<grid, block, 2 * groups * sizeof(float), st>>>(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
           static_cast<const T*>(gamma), static_cast<const T*>(beta), partial,
-          static_cast<const T*>(dres), static_cast<T*>(dx), sh);
+          static_cast<const T*>(dres), dres_pitch, static_cast<T*>(dx), sh);
     });
     return static_cast<int>(cudaGetLastError());
   });

@@ -37,10 +37,11 @@ int GroupNormAffineBackward(DType dtype, const void* dy, const void* x, const fl
 // s = H·W, or a motion module's clip [B, F·H·W, C]), y likewise. Two kernels each way: sums of
 // each group per chunk of rows into `partial` (scratch, [n, GroupNormChannelsLastChunks(n, s),
 // groups, 2] fp32), then the element-wise pass. GroupNormChannelsLastFits: c a multiple of
-// groups, and at most 512 vectors a row (16 bytes where c allows, at most c / groups channels).
-// The backward adds dres (x's layout, may be null: the gradient of x's other use, a residual's)
-// to dx; its `affine` (null where γ and β are frozen) gets [n · chunks, 2, c] fp32: per chunk
-// each channel's [Σ dz · x̂, Σ dz]; the caller sums the chunks'.
+// groups, and at most 512 vectors of c / groups' widest divisor (≤ 16 bytes) a row. The
+// backward adds dres (rows of c channels `dres_pitch` elements apart, c when packed; may be null:
+// the gradient of x's other use, a residual's) to dx; its `affine` (null where γ and β are frozen)
+// gets [n · chunks, 2, c] fp32: per chunk each channel's [Σ dz · x̂, Σ dz]; the caller sums the
+// chunks'.
 bool GroupNormChannelsLastFits(DType dtype, int64_t c, int64_t groups);
 int64_t GroupNormChannelsLastChunks(int64_t n, int64_t s);
 int GroupNormChannelsLastForward(DType dtype, const void* x, const void* gamma, const void* beta,
@@ -49,9 +50,9 @@ int GroupNormChannelsLastForward(DType dtype, const void* x, const void* gamma, 
                                  void* stream);
 int GroupNormChannelsLastBackward(DType dtype, const void* dy, const void* x, const float* mean,
                                   const float* rstd, const void* gamma, const void* beta,
-                                  const void* dres, void* dx, float* partial, float* affine,
-                                  int64_t n, int64_t s, int64_t c, int64_t groups, bool silu,
-                                  void* stream);
+                                  const void* dres, int64_t dres_pitch, void* dx, float* partial,
+                                  float* affine, int64_t n, int64_t s, int64_t c, int64_t groups,
+                                  bool silu, void* stream);
 
 // GEGLU: out[r, j] = h[r, j] · GELU(h[r, e + j]) (exact, erf GELU), out is [rows, e].
 int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e, void* stream);
