@@ -414,9 +414,9 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
 };
 
 // LayerNorm over the last dimension (+ add [P, C], row r of x as [rows, C] taking add's row
-// (r / repeat) mod P). weight and bias are [C] in any float type (the motion modules' fp32 parameters are
-// read as they are, and their gradients come back in fp32); add is x-shaped-periodic or empty.
-// Outputs: the norm, and x itself (a view) for the residual of x + f(LayerNorm(x)): the
+// (r / repeat) mod P). weight and bias are [C] in any float type (the motion modules' fp32
+// parameters are read as they are, and their gradients come back in fp32); add is x-shaped-periodic
+// or empty. Outputs: the norm, and x itself (a view) for the residual of x + f(LayerNorm(x)): the
 // backward adds that output's gradient to the norm's in its own pass, where autograd would sum
 // the two gradients of x with a kernel of its own.
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
