@@ -336,18 +336,6 @@ AttentionGeometry GeometryOf(const torch::Tensor& qkv) {
 }
 #endif
 
-// [B, L, P, ·] clip rows → [B·P, L, ·] sequences (a copy; the reference path's), and back.
-torch::Tensor Sequences(const torch::Tensor& t) {
-  if (t.dim() == 3) return t;
-  return t.permute({0, 2, 1, 3}).reshape({t.size(0) * t.size(2), t.size(1), t.size(3)});
-}
-torch::Tensor ClipRows(const torch::Tensor& t, const torch::Tensor& like) {
-  if (like.dim() == 3) return t;
-  return t.view({like.size(0), like.size(2), like.size(1), t.size(-1)})
-      .permute({0, 2, 1, 3})
-      .contiguous();
-}
-
 class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t heads) {
@@ -372,9 +360,9 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
             "short attention forward kernel");
 #endif
     } else {
-      auto parts = Sequences(qkv).chunk(3, -1);
+      auto parts = ClipSequences(qkv).chunk(3, -1);
       auto r = fused_reference::ShortAttentionForward(parts[0], parts[1], parts[2], heads);
-      out = ClipRows(r.out, qkv);
+      out = SequencesToClipRows(r.out, qkv);
       lse = r.lse;
     }
     ctx->save_for_backward({qkv, lse});
@@ -406,10 +394,10 @@ class ShortAttentionFunction : public torch::autograd::Function<ShortAttentionFu
       return {dqkv, torch::Tensor()};
 #endif
     }
-    auto parts = Sequences(qkv).chunk(3, -1);
-    auto grad = fused_reference::ShortAttentionBackward(Sequences(dout), parts[0], parts[1],
+    auto parts = ClipSequences(qkv).chunk(3, -1);
+    auto grad = fused_reference::ShortAttentionBackward(ClipSequences(dout), parts[0], parts[1],
                                                         parts[2], lse, heads);
-    return {ClipRows(torch::cat(grad, -1), qkv), torch::Tensor()};
+    return {SequencesToClipRows(torch::cat(grad, -1), qkv), torch::Tensor()};
   }
 };
 
@@ -601,6 +589,18 @@ bool TransposeFits(const torch::Tensor& x) {
 
 }  // namespace
 
+torch::Tensor ClipSequences(const torch::Tensor& t) {
+  if (t.dim() == 3) return t;
+  return t.permute({0, 2, 1, 3}).reshape({t.size(0) * t.size(2), t.size(1), t.size(3)});
+}
+
+torch::Tensor SequencesToClipRows(const torch::Tensor& t, const torch::Tensor& like) {
+  if (like.dim() == 3) return t;
+  return t.view({like.size(0), like.size(2), like.size(1), t.size(-1)})
+      .permute({0, 2, 1, 3})
+      .contiguous();
+}
+
 bool IsChannelsLast(const torch::Tensor& x) {
   return x.dim() >= 3 && !x.is_contiguous() && x.movedim(1, -1).is_contiguous();
 }
@@ -787,13 +787,6 @@ torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k
   return FusedShortSelfAttention(torch::cat({q, k, v}, -1), heads);
 }
 
-torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
-                            const torch::Tensor& bias, double eps) {
-  if (FusedKernelsEnabled() && UseKernel(x))
-    return FusedGroupNormSilu(x, groups, weight, bias, eps);
-  return torch::silu(torch::group_norm(x, groups, weight, bias, eps));
-}
-
 std::pair<torch::Tensor, torch::Tensor> GroupNormResidual(const torch::Tensor& x, int64_t groups,
                                                           const torch::Tensor& weight,
                                                           const torch::Tensor& bias, double eps,
@@ -805,12 +798,14 @@ std::pair<torch::Tensor, torch::Tensor> GroupNormResidual(const torch::Tensor& x
   return {silu ? torch::silu(y) : y, x};
 }
 
+torch::Tensor GroupNormSilu(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
+                            const torch::Tensor& bias, double eps) {
+  return GroupNormResidual(x, groups, weight, bias, eps, /*silu=*/true).first;
+}
+
 torch::Tensor GroupNormPlain(const torch::Tensor& x, int64_t groups, const torch::Tensor& weight,
                              const torch::Tensor& bias, double eps) {
-  if (FusedKernelsEnabled() && UseKernel(x)) {
-    return FusedGroupNorm(x, groups, weight, bias, eps, /*silu=*/false);
-  }
-  return torch::group_norm(x, groups, weight, bias, eps);
+  return GroupNormResidual(x, groups, weight, bias, eps, /*silu=*/false).first;
 }
 
 torch::Tensor Geglu(const torch::Tensor& h) {

@@ -100,6 +100,10 @@ torch::Tensor Geglu(const torch::Tensor& h);
 // fp32/bf16/fp16).
 // FusedShortAttention: the same on separate q, k, v (concatenated first).
 bool ShortAttentionApplies(const torch::Tensor& x, int64_t inner, int64_t heads);
+// A clip's rows [B, L, P, ·] as the B·P sequences [B·P, L, ·] (a copy; [N, L, ·] as it is), and
+// such sequences back to `like`'s clip layout [B, L, P, ·] (contiguous).
+torch::Tensor ClipSequences(const torch::Tensor& t);
+torch::Tensor SequencesToClipRows(const torch::Tensor& t, const torch::Tensor& like);
 torch::Tensor FusedShortSelfAttention(const torch::Tensor& qkv, int64_t heads);
 torch::Tensor FusedShortAttention(const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, int64_t heads);

@@ -372,6 +372,17 @@ __device__ __forceinline__ void GroupNormGrad(float xv, float dyv, float mu, flo
   *g = *dz * gm;
 }
 
+// γ and β of a thread's V channels (1 and 0 where absent).
+template <typename T, int V>
+__device__ __forceinline__ void ColumnAffine(const T* gamma, const T* beta, int col, float* gm,
+                                             float* bt) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
+    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
+  }
+}
+
 // Per chunk: the groups' Σ g and Σ g · x̂ into partial, and with Affine each channel's Σ dz · x̂
 // and Σ dz into affine[sample · chunks + chunk] ([2, c]).
 template <typename T, int V, bool Silu, bool Affine>
@@ -387,12 +398,9 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
   const int64_t group = blockIdx.y * sh.groups + col * V / cg;
   const float mu = mean[group], rs = rstd[group];
   float gm[V], bt[V], aff_gx[V], aff_g[V];
+  ColumnAffine<T, V>(gamma, beta, col, gm, bt);
 #pragma unroll
-  for (int k = 0; k < V; ++k) {
-    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
-    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
-    aff_gx[k] = aff_g[k] = 0.f;
-  }
+  for (int k = 0; k < V; ++k) aff_gx[k] = aff_g[k] = 0.f;
   float sum_g = 0.f, sum_gx = 0.f;
   const int64_t end = ChunkEnd(sh);
 #pragma unroll 4
@@ -453,11 +461,7 @@ __global__ void __launch_bounds__(kChannelsLastThreads)
   const float count = static_cast<float>(sh.s * cg);
   const float mean_g = merged[local] / count, mean_gx = merged[sh.groups + local] / count;
   float gm[V], bt[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    gm[k] = gamma ? Load(gamma[col * V + k]) : 1.f;
-    bt[k] = beta ? Load(beta[col * V + k]) : 0.f;
-  }
+  ColumnAffine<T, V>(gamma, beta, col, gm, bt);
   const int64_t end = ChunkEnd(sh);
 #pragma unroll 4
   for (int64_t r = blockIdx.x * sh.rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {

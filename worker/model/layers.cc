@@ -210,9 +210,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   if (x.dim() == 4) {  // a clip's rows [B, L, P, C]: as [B·P, L, C] sequences, and back
     TORCH_CHECK(!context.defined(), "attention: clip rows ", x.sizes(),
                 " take self-attention only");
-    const int64_t b = x.size(0), l = x.size(1), p = x.size(2);
-    auto out = forward(x.permute({0, 2, 1, 3}).reshape({b * p, l, x.size(3)}));
-    return out.view({b, p, l, out.size(2)}).permute({0, 2, 1, 3}).contiguous();
+    return SequencesToClipRows(forward(ClipSequences(x)), x);
   }
   const auto& ctx = context.defined() ? context : x;
   auto q = LinearIn(to_q, x);
