@@ -582,6 +582,55 @@ class AddTransposedFunction : public torch::autograd::Function<AddTransposedFunc
   }
 };
 
+// a + b + bias for [N, C, ...] maps, bias [R, C] (sample i takes row i / (N / R)); b empty when
+// there is none (autograd functions take defined tensors only). The kernel's one pass on CUDA
+// tensors stored channels-last (the dispatcher's condition), the composition otherwise.
+class AddChannelBiasFunction : public torch::autograd::Function<AddChannelBiasFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
+                               const torch::Tensor& bias) {
+    const bool has_b = b.numel() > 0;
+    const int64_t n = a.size(0), c = a.size(1), rows = bias.size(0);
+    ctx->saved_data["has_b"] = has_b;
+    ctx->saved_data["bias_rows"] = rows;
+    ctx->saved_data["bias_type"] = static_cast<int64_t>(bias.scalar_type());
+    if (UseKernel(a) && IsChannelsLast(a) &&
+        (!has_b || (b.strides() == a.strides() && b.scalar_type() == a.scalar_type()))) {
+#ifdef ADCTL_FUSED_CUDA
+      const c10::cuda::CUDAGuard guard(a.device());
+      auto out = torch::empty_like(a);
+      const auto bias32 = bias.to(torch::kFloat).contiguous();
+      Check(fused_cuda::AddChannelBias(KernelType(a), a.data_ptr(), has_b ? b.data_ptr() : nullptr,
+                                       bias32.data_ptr<float>(), out.data_ptr(), n,
+                                       a.numel() / (n * c), c, rows,
+                                       c10::cuda::getCurrentCUDAStream().stream()),
+            "channel bias kernel");
+      return out;
+#endif
+    }
+    std::vector<int64_t> shape(static_cast<size_t>(a.dim()), 1);
+    shape[0] = n;
+    shape[1] = c;
+    const auto per_sample = bias.to(a.scalar_type()).repeat_interleave(n / rows, 0).view(shape);
+    return (has_b ? a + b : a) + per_sample;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& g = grads[0];
+    const bool has_b = ctx->saved_data["has_b"].toBool();
+    torch::Tensor dbias;
+    if (ctx->needs_input_grad(2)) {
+      // Σ over each sample's positions, then over the samples that share a row.
+      const auto type = static_cast<torch::ScalarType>(ctx->saved_data["bias_type"].toInt());
+      const int64_t rows = ctx->saved_data["bias_rows"].toInt();
+      const auto per_sample = g.to(ComputeType(g)).flatten(2).sum(2);  // [N, C]
+      dbias = per_sample.view({rows, -1, per_sample.size(1)}).sum(1).to(type);
+    }
+    return {ctx->needs_input_grad(0) ? g : torch::Tensor(),
+            has_b && ctx->needs_input_grad(1) ? g : torch::Tensor(), dbias};
+  }
+};
+
 // The kernels' grid limits (batch ≤ 65535, ⌈rows / 32⌉ ≤ 65535).
 bool TransposeFits(const torch::Tensor& x) {
   return x.dim() == 3 && x.size(0) <= 65535 && x.size(1) <= 65535LL * 32;
@@ -666,6 +715,38 @@ torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y) {
     return FusedAddTransposed(x, y);
   }
   return x + y.transpose(1, 2);
+}
+
+torch::Tensor FusedAddChannelBias(const torch::Tensor& a, const torch::Tensor& b,
+                                  const torch::Tensor& bias) {
+  const int64_t rows = bias.dim() == 2 ? bias.size(0) : 1;
+  TORCH_CHECK(a.dim() >= 2 && bias.numel() == rows * a.size(1) && a.size(0) % rows == 0,
+              "channel bias: ", bias.sizes(), " is not [C] or [R, C] with R dividing N for ",
+              a.sizes());
+  TORCH_CHECK(!b.defined() || b.sizes() == a.sizes(), "channel bias: ", b.sizes(), " added to ",
+              a.sizes());
+  const auto none = torch::empty({0}, a.options().requires_grad(false));
+  return AddChannelBiasFunction::apply(a, b.defined() ? b : none, bias.reshape({rows, a.size(1)}));
+}
+
+bool ChannelBiasKernelApplies(const torch::Tensor& a) {
+  return FusedKernelsEnabled() && UseKernel(a) && IsChannelsLast(a);
+}
+
+torch::Tensor AddChannelBias(const torch::Tensor& a, const torch::Tensor& b,
+                             const torch::Tensor& bias) {
+  if (ChannelBiasKernelApplies(a) &&
+      (!b.defined() || (b.sizes() == a.sizes() && b.strides() == a.strides() &&
+                        b.scalar_type() == a.scalar_type() && b.device() == a.device()))) {
+    return FusedAddChannelBias(a, b, bias);
+  }
+  const int64_t rows = bias.dim() == 2 ? bias.size(0) : 1;
+  std::vector<int64_t> shape(static_cast<size_t>(a.dim()), 1);
+  shape[0] = a.size(0);
+  shape[1] = a.size(1);
+  const auto per_sample =
+      bias.reshape({rows, a.size(1)}).repeat_interleave(a.size(0) / rows, 0).view(shape);
+  return (b.defined() ? a + b : a) + per_sample.to(a.scalar_type());
 }
 
 torch::Tensor FusedGeglu(const torch::Tensor& h) {

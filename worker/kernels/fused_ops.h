@@ -54,6 +54,15 @@ torch::Tensor TransposeTokens(const torch::Tensor& x);
 // same pass. Result [B, R, S], contiguous, x's dtype.
 torch::Tensor AddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 
+// a + b + bias for maps a, b [N, C, ...] (b may be undefined) and bias [C], or [R, C] with R
+// dividing N, sample i taking row i / (N / R) (a ResNet's time embedding: one row a clip, its
+// N / R frames). One pass on CUDA for channels-last maps (LibTorch adds a convolution's bias and
+// a broadcast [N, C, 1, 1] with strided passes of their own), the sum in fp32 rounded once; the
+// composition elsewhere. ChannelBiasKernelApplies: whether the kernel serves a.
+bool ChannelBiasKernelApplies(const torch::Tensor& a);
+torch::Tensor AddChannelBias(const torch::Tensor& a, const torch::Tensor& b,
+                             const torch::Tensor& bias);
+
 // LayerNorm over the last dimension with [C] weight and bias (either may be undefined, in any
 // float type), + `add` where given: add is [P, C] (or [1, P, C]) and row r of x, seen as
 // [rows, C], gets add's row r mod P — the motion modules' sinusoidal positions on [N, F, C]
@@ -124,6 +133,8 @@ torch::Tensor FusedGroupNormSilu(const torch::Tensor& x, int64_t groups,
 torch::Tensor FusedTranspose(const torch::Tensor& x);
 torch::Tensor FusedAddTransposed(const torch::Tensor& x, const torch::Tensor& y);
 torch::Tensor FusedGeglu(const torch::Tensor& h);
+torch::Tensor FusedAddChannelBias(const torch::Tensor& a, const torch::Tensor& b,
+                                  const torch::Tensor& bias);
 std::pair<torch::Tensor, torch::Tensor> FusedLayerNormResidual(
     const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps,
     const torch::Tensor& add = {}, int64_t repeat = 1);

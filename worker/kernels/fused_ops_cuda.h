@@ -61,6 +61,12 @@ int GegluForward(DType dtype, const void* h, void* out, int64_t rows, int64_t e,
 int GegluBackward(DType dtype, const void* dout, const void* h, void* dh, int64_t rows, int64_t e,
                   void* stream);
 
+// out = a + b + bias over channels-last maps [n, s, c] (NHWC, s = H·W): bias is [bias_rows, c]
+// fp32, sample i taking row i / (n / bias_rows) (one row for all; a ResNet's time embedding, one
+// row a clip of n / bias_rows frames); b may be null. out may be a (in place).
+int AddChannelBias(DType dtype, const void* a, const void* b, const float* bias, void* out,
+                   int64_t n, int64_t s, int64_t c, int64_t bias_rows, void* stream);
+
 // Self-attention over short sequences (length ≤ kShortAttentionMaxLength, e.g. the motion
 // modules' 16 frames), everything in shared memory: one warp per (sequence, head) where the head
 // dimension and `stride` are divisible by 4 (and the pointers aligned to 4 elements) — on tensor

@@ -79,6 +79,10 @@ torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x, b
   // Every conv of the SD UNet pads by (k − 1) / 2 ("same" for stride 1, downsample_padding 1).
   const int64_t pad = layer->weight.size(-1) / 2;
   const auto& b = bias.defined() ? bias : (with_bias ? layer->bias : torch::Tensor());
+  if (b.defined() && ChannelBiasKernelApplies(x)) {  // the bias in a pass of its own, vectorized
+    return AddChannelBias(
+        torch::conv2d(x, As(layer->weight, x), {}, *layer->options.stride(), {pad, pad}), {}, b);
+  }
   return torch::conv2d(x, As(layer->weight, x), As(b, x), *layer->options.stride(), {pad, pad});
 }
 
@@ -161,25 +165,27 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels,
 
 torch::Tensor ResnetBlock2DImpl::forward(const torch::Tensor& x, const torch::Tensor& emb,
                                          int64_t num_frames) {
-  // conv1's bias joins the time embedding's projection (one [B, C] add instead of a pass over
-  // the feature map: LibTorch adds a convolution's bias as a separate kernel), and conv2's joins
-  // the shortcut convolution's where there is one.
+  // conv1's bias joins the time embedding's projection, and conv2's the residual or the
+  // shortcut convolution's: each is added with its map in one pass (AddChannelBias; LibTorch
+  // adds a convolution's bias, and a broadcast over the frames, in strided passes of their own).
   // x's second use (the residual or the shortcut convolution) takes the norm's pass-through.
   const auto [normed, input] = GroupNormResidualIn(norm1, x, /*silu=*/true);
   auto h = Conv2dIn(conv1, normed, /*with_bias=*/false);
-  // Project once per clip, then broadcast to its frames.
+  // Projected once per clip: row b of t serves the clip's num_frames frames.
   auto t = LinearIn(time_emb_proj, torch::silu(As(emb, x)));
   if (conv1->bias.defined()) t = t + As(conv1->bias, t);
-  t = t.repeat_interleave(num_frames, 0).unsqueeze(-1).unsqueeze(-1);
-  h = h + t;
-  h = GroupNormSiluIn(norm2, h);
-  if (!conv_shortcut) return input + Conv2dIn(conv2, h);
-  auto shortcut_bias = conv_shortcut->bias;
-  if (conv2->bias.defined()) {
-    shortcut_bias = shortcut_bias.defined() ? shortcut_bias + conv2->bias : conv2->bias;
+  TORCH_CHECK(t.size(0) * num_frames == h.size(0), "ResNet block: ", t.size(0),
+              " time embeddings for ", h.size(0), " frames of ", num_frames);
+  h = GroupNormSiluIn(norm2, AddChannelBias(h, {}, t));
+  auto residual = input;
+  auto bias = conv2->bias;
+  if (conv_shortcut) {
+    residual = Conv2dIn(conv_shortcut, input, /*with_bias=*/false);
+    const auto& b = conv_shortcut->bias;
+    bias = !b.defined() ? bias : bias.defined() ? b + bias : b;
   }
-  return Conv2dIn(conv_shortcut, input, /*with_bias=*/false, shortcut_bias) +
-         Conv2dIn(conv2, h, /*with_bias=*/false);
+  h = Conv2dIn(conv2, h, /*with_bias=*/false);
+  return bias.defined() ? AddChannelBias(residual, h, bias) : residual + h;
 }
 
 AttentionImpl::AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads,

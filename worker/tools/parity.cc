@@ -137,7 +137,7 @@ Result<TensorMap> RunAdamWSteps(UNet3DImpl& model, const TensorMap& io_in,
     loss.backward();
     auto norm = optimizer.ClipGradNorm(spec.max_grad_norm);
     optimizer.Step(lr);
-    optimizer.ZeroGrad();
+    optimizer.ZeroGrad(options.release_grads);
     out["loss." + n] = loss.detach().reshape({1});
     out["lr." + n] = torch::tensor({lr}, torch::kDouble);
     out["grad_norm." + n] = norm.reshape({1});

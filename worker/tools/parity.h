@@ -31,6 +31,7 @@ struct AdamWParityOptions {
   int64_t warmup_steps = 2;
   double max_grad_norm = 1.0;
   double weight_decay = 1e-2;
+  bool release_grads = false;  // AdamW::ZeroGrad(release): the trainer's single-rank eager way
 };
 // → `loss.N`, `lr.N` (fp64), `grad_norm.N` (before clipping), `param.<name>` after the last step.
 Result<TensorMap> RunAdamWSteps(UNet3DImpl& model, const TensorMap& io,

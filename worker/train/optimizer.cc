@@ -26,17 +26,28 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, const Tr
   }
 }
 
-void AdamW::ZeroGrad() {
-  torch::NoGradGuard no_grad;
+std::vector<torch::Tensor> AdamW::Grads() {
   std::vector<torch::Tensor> grads;
-  for (auto& p : params_) grads.push_back(p.grad());
-  at::_foreach_zero_(grads);
+  grads.reserve(params_.size());
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  return grads;
+}
+
+void AdamW::ZeroGrad(bool release) {
+  torch::NoGradGuard no_grad;
+  if (release) {
+    for (auto& p : params_) p.mutable_grad().reset();
+    return;
+  }
+  at::_foreach_zero_(Grads());
 }
 
 torch::Tensor AdamW::ClipGradNorm(double max_norm) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (auto& p : params_) grads.push_back(p.grad());
+  auto grads = Grads();
   // One multi-tensor kernel for the per-tensor norms, then the norm of those.
   const auto total = torch::stack(at::_foreach_norm(grads)).to(torch::kFloat).norm();
   if (max_norm > 0) {
@@ -50,8 +61,7 @@ torch::Tensor AdamW::ClipGradNorm(double max_norm) {
 void AdamW::Step(double lr) {
   torch::NoGradGuard no_grad;
   ++step_;
-  std::vector<torch::Tensor> grads;
-  for (auto& p : params_) grads.push_back(p.grad());
+  auto grads = Grads();
   if (fused_step_.defined()) {
     fused_step_.fill_(static_cast<double>(step_));
     if (compat::FusedAdamW(params_, grads, exp_avg_, exp_avg_sq_, fused_step_, lr, beta1_, beta2_,

@@ -25,8 +25,11 @@ class AdamW {
 
   // One update with learning rate `lr` from the parameters' .grad.
   void Step(double lr);
-  // Zeroes gradients in place (they may be views into all-reduce buckets).
-  void ZeroGrad();
+  // Zeroes gradients in place (they may be views into all-reduce buckets, or a CUDA graph's
+  // static buffers), or with `release` drops them: the next backward then hands each parameter
+  // its gradient tensor instead of adding it to zeros (a step saves a zero fill and an add per
+  // parameter, and the gradients' memory between steps).
+  void ZeroGrad(bool release = false);
   // Clips the global L2 norm of the gradients to `max_norm` (<= 0: no clipping); returns the
   // norm before clipping as a 0-dim fp32 tensor on the parameters' device. Nothing waits for
   // the device (no host sync): the caller reads the norm with the step's other numbers.
@@ -38,6 +41,10 @@ class AdamW {
   Status LoadStateDict(const TensorMap& state);
 
  private:
+  // The parameters' gradients; one that the last backward did not reach (released, unused)
+  // becomes zeros.
+  std::vector<torch::Tensor> Grads();
+
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_, exp_avg_, exp_avg_sq_;
   double beta1_, beta2_, eps_, weight_decay_;
