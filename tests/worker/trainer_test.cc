@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -86,6 +87,17 @@ TEST_F(TrainerTest, TrainsAndWritesALoadableCheckpoint) {
   ASSERT_EQ(Train(Spec(), "a", &rep), kExitOk) << (rep.events.empty() ? "" : rep.events.back());
   ASSERT_EQ(rep.losses.size(), 6u);
   for (const auto& [step, loss] : rep.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  // The start-up report says where the time to the first step went, phase by phase in order.
+  const auto startup = std::find_if(rep.events.begin(), rep.events.end(),
+                                    [](const auto& e) { return e.rfind("start-up: ", 0) == 0; });
+  ASSERT_NE(startup, rep.events.end());
+  size_t at = 0;
+  for (const char* phase : {"exec and libraries", "CUDA context", "model", "optimizer and resume",
+                            "first forward", "first backward", "rest of the first step"}) {
+    const size_t found = startup->find(phase, at);
+    ASSERT_NE(found, std::string::npos) << phase << " in " << *startup;
+    at = found;
+  }
   // Every checkpoint written in the background is reported, in order, once committed.
   ASSERT_EQ(rep.checkpoints.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
