@@ -17,7 +17,9 @@
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
 #include "worker/data/latent_dataset.h"
+#include "worker/model/config.h"
 #include "worker/model/weights.h"
+#include "worker/train/attention_warmup.h"
 #include "worker/train/checkpoint_saver.h"
 
 namespace adctl {
@@ -358,6 +360,29 @@ TEST_F(CheckpointSaverTest, AWorkerKilledDuringTheBackgroundWriteKeepsThePreviou
   auto retention = ApplyRetention(root, 3);
   ASSERT_TRUE(retention.ok());
   EXPECT_FALSE(fs::exists(tmp_dir));
+}
+
+// The shapes compiled ahead of the first step are the spatial attentions the SD1.5 UNet runs:
+// self- and cross-attention at each level with a transformer (64×64 … 8×8 latent pixels of a
+// 512² clip here), heads of 320 / 8 … 1280 / 8, the text keys once per clip.
+TEST(AttentionWarmup, Sd15ShapesAreEachLevelsSelfAndCrossAttention) {
+  const auto shapes = SpatialAttentionShapes(Sd15UNetConfig(), /*clips=*/2, /*frames=*/16,
+                                             /*latent_height=*/64, /*latent_width=*/64, 77);
+  std::vector<AttentionShape> expected;
+  for (const auto& [hw, d] :
+       std::vector<std::pair<int64_t, int64_t>>{{4096, 40}, {1024, 80}, {256, 160}, {64, 160}}) {
+    expected.push_back({32, 8, hw, hw, d, false, 2});
+    expected.push_back({32, 8, hw, 77, d, true, 2});
+  }
+  ASSERT_EQ(shapes.size(), expected.size());
+  for (const auto& e : expected) {
+    EXPECT_NE(std::find(shapes.begin(), shapes.end(), e), shapes.end())
+        << e.queries << " queries over " << e.keys << ", head dim " << e.head_dim;
+  }
+  // Nothing starts on the CPU: the set-up does not wait for anything.
+  AttentionWarmup none(shapes, torch::kCPU, torch::kBFloat16, "auto");
+  EXPECT_EQ(none.started(), 0u);
+  EXPECT_EQ(none.Wait(), 0);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "worker/model/weights.h"
 #include "worker/report/device_sampler.h"
 #include "worker/sample/validation.h"
+#include "worker/train/attention_warmup.h"
 #include "worker/train/checkpoint_saver.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/step_graph.h"
@@ -233,6 +234,13 @@ class Run {
         OpenLatentDataset(spec_.data, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
     if (!dataset.ok()) return Failure{kExitDataError, dataset.status().ToString()};
     dataset_ = std::move(*dataset);
+    if (device_.is_cuda()) {  // compiles cuDNN's attention kernels while the set-up goes on
+      const auto& shape = dataset_->shape();
+      attention_warmup_ = std::make_unique<AttentionWarmup>(
+          SpatialAttentionShapes(unet_cfg, spec_.train.batch_size, shape.frames, shape.height,
+                                 shape.width, shape.text_len),
+          device_, compute_dtype_, Name(spec_.train.attention));
+    }
     if (dataset_->shape().frames > model_->motion_config().max_seq_length) {
       return Failure{kExitBadSpec, "data: clips have " + std::to_string(dataset_->shape().frames) +
                                        " frames, the motion modules hold at most " +
@@ -563,6 +571,15 @@ class Run {
     std::string profile_message;
     profiler_ = StepProfiler::FromEnvironment(o_.rank, &profile_message);
     if (!profile_message.empty()) reporter_.OnEvent(EventLevel::kInfo, profile_message);
+    if (attention_warmup_ && attention_warmup_->started() > 0) {
+      const size_t started = attention_warmup_->started();
+      const int compiled = attention_warmup_->Wait();
+      startup_.Mark("waiting for cuDNN's attention kernels");
+      reporter_.OnEvent(EventLevel::kInfo,
+                        "cuDNN attention: kernels for " + std::to_string(compiled) + " of " +
+                            std::to_string(started) + " shapes compiled while the rank set up");
+    }
+    attention_warmup_.reset();
     reporter_.OnTrainingStarted(step_, t.max_steps);
     model_->train();
     // Afterwards the stop agreement rides on each step's single all-reduce of its numbers.
@@ -859,6 +876,7 @@ class Run {
   StartupTimer startup_;
   bool startup_reported_ = false;
   bool first_micro_step_timed_ = false;
+  std::unique_ptr<AttentionWarmup> attention_warmup_;
   bool graph_reported_ = false;
   std::unique_ptr<CheckpointSaver> saver_;  // rank 0, when checkpoints are enabled
   std::unique_ptr<StepGraph> step_graph_;   // train.cuda_graphs on one GPU
