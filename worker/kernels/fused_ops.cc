@@ -582,6 +582,20 @@ class AddTransposedFunction : public torch::autograd::Function<AddTransposedFunc
   }
 };
 
+// bias [C] or [R, C] as [R, C] for a [N, C, ...] map.
+torch::Tensor BiasRows(const torch::Tensor& bias, const torch::Tensor& a) {
+  return bias.reshape({bias.dim() == 2 ? bias.size(0) : 1, a.size(1)});
+}
+
+// bias [R, C] as a's per-sample channel bias [N, C, 1, ...] in a's dtype: sample i takes row
+// i / (N / R).
+torch::Tensor PerSampleBias(const torch::Tensor& bias, const torch::Tensor& a) {
+  std::vector<int64_t> shape(static_cast<size_t>(a.dim()), 1);
+  shape[0] = a.size(0);
+  shape[1] = a.size(1);
+  return bias.to(a.scalar_type()).repeat_interleave(a.size(0) / bias.size(0), 0).view(shape);
+}
+
 // a + b + bias for [N, C, ...] maps, bias [R, C] (sample i takes row i / (N / R)); b empty when
 // there is none (autograd functions take defined tensors only). The kernel's one pass on CUDA
 // tensors stored channels-last (the dispatcher's condition), the composition otherwise.
@@ -590,29 +604,25 @@ class AddChannelBiasFunction : public torch::autograd::Function<AddChannelBiasFu
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
                                const torch::Tensor& bias) {
     const bool has_b = b.numel() > 0;
-    const int64_t n = a.size(0), c = a.size(1), rows = bias.size(0);
     ctx->saved_data["has_b"] = has_b;
-    ctx->saved_data["bias_rows"] = rows;
+    ctx->saved_data["bias_rows"] = bias.size(0);
     ctx->saved_data["bias_type"] = static_cast<int64_t>(bias.scalar_type());
     if (UseKernel(a) && IsChannelsLast(a) &&
         (!has_b || (b.strides() == a.strides() && b.scalar_type() == a.scalar_type()))) {
 #ifdef ADCTL_FUSED_CUDA
       const c10::cuda::CUDAGuard guard(a.device());
+      const int64_t n = a.size(0), c = a.size(1);
       auto out = torch::empty_like(a);
       const auto bias32 = bias.to(torch::kFloat).contiguous();
       Check(fused_cuda::AddChannelBias(KernelType(a), a.data_ptr(), has_b ? b.data_ptr() : nullptr,
                                        bias32.data_ptr<float>(), out.data_ptr(), n,
-                                       a.numel() / (n * c), c, rows,
+                                       a.numel() / (n * c), c, bias.size(0),
                                        c10::cuda::getCurrentCUDAStream().stream()),
             "channel bias kernel");
       return out;
 #endif
     }
-    std::vector<int64_t> shape(static_cast<size_t>(a.dim()), 1);
-    shape[0] = n;
-    shape[1] = c;
-    const auto per_sample = bias.to(a.scalar_type()).repeat_interleave(n / rows, 0).view(shape);
-    return (has_b ? a + b : a) + per_sample;
+    return (has_b ? a + b : a) + PerSampleBias(bias, a);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -726,7 +736,7 @@ torch::Tensor FusedAddChannelBias(const torch::Tensor& a, const torch::Tensor& b
   TORCH_CHECK(!b.defined() || b.sizes() == a.sizes(), "channel bias: ", b.sizes(), " added to ",
               a.sizes());
   const auto none = torch::empty({0}, a.options().requires_grad(false));
-  return AddChannelBiasFunction::apply(a, b.defined() ? b : none, bias.reshape({rows, a.size(1)}));
+  return AddChannelBiasFunction::apply(a, b.defined() ? b : none, BiasRows(bias, a));
 }
 
 bool ChannelBiasKernelApplies(const torch::Tensor& a) {
@@ -740,13 +750,7 @@ torch::Tensor AddChannelBias(const torch::Tensor& a, const torch::Tensor& b,
                         b.scalar_type() == a.scalar_type() && b.device() == a.device()))) {
     return FusedAddChannelBias(a, b, bias);
   }
-  const int64_t rows = bias.dim() == 2 ? bias.size(0) : 1;
-  std::vector<int64_t> shape(static_cast<size_t>(a.dim()), 1);
-  shape[0] = a.size(0);
-  shape[1] = a.size(1);
-  const auto per_sample =
-      bias.reshape({rows, a.size(1)}).repeat_interleave(a.size(0) / rows, 0).view(shape);
-  return (b.defined() ? a + b : a) + per_sample.to(a.scalar_type());
+  return (b.defined() ? a + b : a) + PerSampleBias(BiasRows(bias, a), a);
 }
 
 torch::Tensor FusedGeglu(const torch::Tensor& h) {

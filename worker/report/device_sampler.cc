@@ -11,13 +11,6 @@ namespace adctl {
 
 namespace {
 
-double ProcessCpuSeconds() {
-  rusage u{};
-  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
-  const auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
-}
-
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -32,6 +25,13 @@ int64_t HostMemoryBytes() {
 }
 
 }  // namespace
+
+ProcessUsage ProcessUsageNow() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return {};
+  const auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return {seconds(u.ru_utime) + seconds(u.ru_stime), u.ru_majflt};
+}
 
 std::optional<unsigned> NvmlIndexOfVisibleDevice(const char* cuda_visible_devices) {
   if (cuda_visible_devices == nullptr) return std::nullopt;
@@ -52,7 +52,7 @@ std::optional<unsigned> NvmlIndexOfVisibleDevice(const char* cuda_visible_device
 DeviceSampler::DeviceSampler(bool cuda, int threads) : cuda_(cuda), threads_(std::max(1, threads)) {
   if (cuda_) nvml_index_ = NvmlIndexOfVisibleDevice(std::getenv("CUDA_VISIBLE_DEVICES"));
   if (!cuda_) {
-    last_cpu_seconds_ = ProcessCpuSeconds();
+    last_cpu_seconds_ = ProcessUsageNow().cpu_seconds;
     last_wall_ = std::chrono::steady_clock::now();
   }
 }
@@ -66,7 +66,7 @@ DeviceReading DeviceSampler::Sample() {
 
 DeviceReading DeviceSampler::SampleCpu() {
   DeviceReading r;
-  const double cpu = ProcessCpuSeconds();
+  const double cpu = ProcessUsageNow().cpu_seconds;
   const auto now = std::chrono::steady_clock::now();
   const double wall = std::chrono::duration<double>(now - last_wall_).count();
   if (cpu >= 0 && last_cpu_seconds_ >= 0 && wall > 0) {

@@ -37,6 +37,14 @@ class DeviceSampler {
   std::chrono::steady_clock::time_point last_wall_;
 };
 
+// This process's CPU seconds (user + system; -1 where unreadable) and major page faults (pages
+// read from disk) so far.
+struct ProcessUsage {
+  double cpu_seconds = -1;
+  long major_faults = 0;
+};
+ProcessUsage ProcessUsageNow();
+
 // The GPU that CUDA_VISIBLE_DEVICES' first entry names, as an NVML index; nullopt when the
 // variable is unset/empty or NVML does not know it.
 std::optional<unsigned> NvmlIndexOfVisibleDevice(const char* cuda_visible_devices);

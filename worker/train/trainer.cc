@@ -1,6 +1,5 @@
 #include "worker/train/trainer.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,19 +95,6 @@ double SecondsSinceProcessStart() {
   return std::max(0.0, up - started);
 }
 
-// CPU seconds (user + system) and major page faults (pages read from disk: code of the CUDA
-// libraries, weights) of this process so far.
-struct ProcessUsage {
-  double cpu_seconds = 0;
-  long major_faults = 0;
-  static ProcessUsage Now() {
-    rusage u{};
-    if (getrusage(RUSAGE_SELF, &u) != 0) return {};
-    const auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-    return {seconds(u.ru_utime) + seconds(u.ru_stime), u.ru_majflt};
-  }
-};
-
 // Where a rank's start-up time goes: phases in order, each the time since the previous mark;
 // a phase over a second also says how much of it was CPU work and how many pages it read from
 // disk (what separates compiling, paging in libraries and waiting on the device).
@@ -116,11 +102,11 @@ class StartupTimer {
  public:
   StartupTimer()
       : last_(SteadyClock::now()),
-        last_usage_(ProcessUsage::Now()),
+        last_usage_(ProcessUsageNow()),
         before_(SecondsSinceProcessStart()) {}
   void Mark(const char* phase) {
     const auto now = SteadyClock::now();
-    const auto usage = ProcessUsage::Now();
+    const auto usage = ProcessUsageNow();
     phases_.push_back({phase, Seconds(last_, now), usage.cpu_seconds - last_usage_.cpu_seconds,
                        usage.major_faults - last_usage_.major_faults});
     last_ = now;
@@ -696,7 +682,7 @@ class Run {
                           const torch::Tensor& text, const torch::Tensor& target) {
     // The run's first forward and backward are timed apart, each waited for on the device: the
     // start-up report says where a fresh process's first step goes.
-    const bool timed = !startup_reported_ && !first_micro_step_timed_;
+    const bool timed = !first_micro_step_timed_;
     first_micro_step_timed_ = true;
     auto pred = model_->forward(noisy, timesteps, text);
     auto loss = torch::mse_loss(pred.to(torch::kFloat), target) /
