@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/fs_util.h"
+#include "common/json_errors.h"
 #include "common/safetensors.h"
 
 namespace adctl {
@@ -133,7 +134,7 @@ Result<std::string> RecordedMotionNorm(const std::string& path) {
       j = Json::parse(ReadAll(path));
       return j.value("motion_norm", std::string());
     } catch (const std::exception& e) {
-      return InvalidArgument(path + ": not valid JSON: " + e.what());
+      return InvalidArgument(path + ": " + JsonErrorWithoutContent(e));
     }
   }
   auto file = SafetensorsFile::Open(path);
@@ -199,7 +200,7 @@ Result<ExportInfo> ExportMotionModules(const std::string& adapter_dir, ExportFor
     try {
       config = Json::parse(ReadAll(config_path));
     } catch (const std::exception& e) {
-      return InvalidArgument(config_path + ": not valid JSON: " + e.what());
+      return InvalidArgument(config_path + ": " + JsonErrorWithoutContent(e));
     }
     config["motion_norm"] = info.motion_norm;
     ADCTL_RETURN_IF_ERROR(WriteTextFile(tmp + "/config.json", config.dump(2) + "\n"));

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/json_errors.h"
+
 namespace adctl {
 namespace {
 
@@ -83,14 +85,15 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > kMaxHeaderBytes || 8 + header_len > size) {
-    return DataLoss(path + ": header length " + std::to_string(header_len) +
-                    " exceeds the file size " + std::to_string(size) + " (truncated or corrupt)");
+    // The length is the file's first 8 bytes: not quoted (the file may be anything).
+    return DataLoss(path + ": not a safetensors file: its header length does not fit its " +
+                    std::to_string(size) + " bytes (truncated, corrupt or another kind of file)");
   }
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
   } catch (const std::exception& e) {
-    return DataLoss(path + ": header is not valid JSON: " + e.what());
+    return DataLoss(path + ": header is " + JsonErrorWithoutContent(e));
   }
   if (!header.is_object()) return DataLoss(path + ": header is not a JSON object");
   const uint8_t* data_start = bytes + 8 + header_len;
@@ -114,12 +117,12 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
     info.name = it.key();
     if (!entry["dtype"].is_string() ||
         !ParseDType(entry["dtype"].get<std::string>(), &info.dtype)) {
-      return DataLoss(where + ": unknown dtype " + entry["dtype"].dump());
+      return DataLoss(where + ": unknown dtype (expected F32, F16, BF16, ...)");
     }
     size_t numel = 1;
     for (const auto& d : entry["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-        return DataLoss(where + ": bad shape " + entry["shape"].dump());
+        return DataLoss(where + ": bad shape (expected non-negative integers)");
       }
       info.shape.push_back(d.get<int64_t>());
       numel *= static_cast<size_t>(d.get<int64_t>());
@@ -135,8 +138,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string
     }
     info.nbytes = end - begin;
     if (info.nbytes != numel * DTypeSize(info.dtype)) {
-      return DataLoss(where + ": " + std::to_string(info.nbytes) + " bytes do not match shape " +
-                      entry["shape"].dump() + " of " + DTypeName(info.dtype));
+      return DataLoss(where + ": " + std::to_string(info.nbytes) + " bytes do not match its " +
+                      std::to_string(info.shape.size()) + "-d shape of " + DTypeName(info.dtype));
     }
     info.data = data_start + begin;
     file->tensors_.push_back(std::move(info));

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/media/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/text/text_clean.h"
 #include "worker/text/tokenize_command.h"
 

@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "tests/media/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/video/video_csv.h"
 #include "worker/video/video_reader.h"
 

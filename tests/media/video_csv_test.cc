@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "tests/media/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -60,17 +60,63 @@ TEST(VideoCsvTest, ConfigurableColumnsAndPattern) {
       << unknown.status().message();
 }
 
-TEST(VideoCsvTest, MissingCaptionColumnListsColumns) {
+TEST(VideoCsvTest, MissingCaptionColumnSaysWhichAndHowManyColumns) {
   TempDir dir;
   std::string csv = Write(dir, "bad_header.csv", "videoid,caption,page_dir\n1,x,p\n");
   Result<std::vector<VideoEntry>> entries = ReadVideoCsv(csv);
   ASSERT_FALSE(entries.ok());
   EXPECT_EQ(entries.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(entries.status().message().find("bad_header.csv"), std::string::npos);
-  EXPECT_NE(entries.status().message().find("no column 'name' (caption); the header has: "
-                                            "videoid, caption, page_dir"),
+  EXPECT_NE(entries.status().message().find("no column 'name' (caption): the header's 3 column(s) "
+                                            "lack it"),
             std::string::npos)
       << entries.status().message();
+}
+
+// A spec may name any file as its CSV: what the file holds never comes back in a message (an
+// event or a job's error would hand it to whoever submitted the job).
+TEST(VideoCsvTest, MessagesNeverQuoteTheFile) {
+  TempDir dir;
+  const std::string secret = "root:$y$j9T$SECRETHASH:19700:0:99999:7:::";
+  std::string shadow = Write(dir, "shadow", secret + "\ndaemon:*:19700:0:99999:7:::\n");
+  Result<std::vector<VideoEntry>> entries = ReadVideoCsv(shadow);
+  ASSERT_FALSE(entries.ok());
+  EXPECT_EQ(entries.status().message().find("SECRETHASH"), std::string::npos)
+      << entries.status().message();
+  EXPECT_EQ(entries.status().message().find("root:"), std::string::npos)
+      << entries.status().message();
+  EXPECT_NE(entries.status().message().find("shadow"), std::string::npos);
+
+  VideoCsvOptions options;
+  options.id_column = "videoid";
+  options.file_pattern = "{" + secret + "}.mp4";
+  std::string csv = Write(dir, "ok.csv", "videoid,name\n1,a\n");
+  entries = ReadVideoCsv(csv, "", options);
+  ASSERT_FALSE(entries.ok());
+  EXPECT_EQ(entries.status().message().find("videoid"), std::string::npos)
+      << "the header's names are the file's bytes: " << entries.status().message();
+}
+
+// Video ids and pattern columns come from the file: none leads outside the video folder.
+TEST(VideoCsvTest, RowsCannotNameFilesOutsideTheVideoFolder) {
+  TempDir dir;
+  for (const std::string& id : {std::string("../../etc/passwd"), std::string("a/../../b"),
+                                std::string(".."), std::string("/etc/passwd")}) {
+    std::string csv =
+        Write(dir, "escape.csv", "videoid,name,page_dir\n1,ok,p\n\"" + id + "\",bad,p\n");
+    VideoCsvOptions options;
+    options.file_pattern = "{videoid}";
+    Result<std::vector<VideoEntry>> entries = ReadVideoCsv(csv, "/data/videos", options);
+    ASSERT_FALSE(entries.ok()) << id;
+    EXPECT_EQ(entries.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(entries.status().message().find("escape.csv: line 3:"), std::string::npos)
+        << entries.status().message();
+  }
+  // A `..` inside a name is no parent folder.
+  std::string fine = Write(dir, "fine.csv", "videoid,name,page_dir\na..b,ok,p\n");
+  Result<std::vector<VideoEntry>> entries = ReadVideoCsv(fine, "/data/videos");
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  EXPECT_EQ((*entries)[0].path, "/data/videos/a..b.mp4");
 }
 
 TEST(VideoCsvTest, ErrorsNameFileAndLine) {

@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "tests/media/temp_dir.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/video/ffmpeg_log.h"
 #include "worker/video/frame_sampling.h"
 #include "worker/video/video_reader.h"

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_errors.h"
+
 namespace adctl {
 
 namespace fs = std::filesystem;
@@ -69,7 +71,8 @@ Result<LatentCacheIndex> ReadLatentCacheIndex(const std::string& dir) {
     index.skipped = j.at("skipped").get<std::map<std::string, int64_t>>();
     for (const auto& [reason, n] : index.skipped) index.skipped_total += n;
   } catch (const std::exception& e) {
-    return InvalidArgument(path.string() + ": malformed cache index: " + e.what());
+    return InvalidArgument(path.string() +
+                           ": malformed cache index: " + JsonErrorWithoutContent(e));
   }
   return index;
 }

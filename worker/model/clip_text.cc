@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/json_errors.h"
 #include "worker/model/config.h"
 #include "worker/model/layers.h"
 #include "worker/model/weights.h"
@@ -30,7 +31,7 @@ Result<ClipTextConfig> ParseClipTextConfig(const std::string& json_text, const s
   try {
     j = Json::parse(json_text);
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": not valid JSON: " + e.what());
+    return InvalidArgument(where + ": " + JsonErrorWithoutContent(e));
   }
   ClipTextConfig c;
   try {
@@ -54,7 +55,7 @@ Result<ClipTextConfig> ParseClipTextConfig(const std::string& json_text, const s
                              "' is not supported (quick_gelu or gelu)");
     }
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": " + e.what());
+    return InvalidArgument(where + ": " + JsonErrorWithoutContent(e));
   }
   if (c.hidden_size <= 0 || c.num_attention_heads <= 0 ||
       c.hidden_size % c.num_attention_heads != 0) {

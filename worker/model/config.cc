@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_errors.h"
+
 namespace adctl {
 namespace {
 
@@ -50,7 +52,7 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
   try {
     j = Json::parse(json_text);
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": not valid JSON: " + e.what());
+    return InvalidArgument(where + ": " + JsonErrorWithoutContent(e));
   }
   UNetConfig c;
   try {
@@ -141,7 +143,7 @@ Result<UNetConfig> ParseUNetConfig(const std::string& json_text, const std::stri
       }
     }
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": bad field: " + e.what());
+    return InvalidArgument(where + ": bad field: " + JsonErrorWithoutContent(e));
   }
   return c;
 }
@@ -151,7 +153,7 @@ Result<MotionConfig> ParseMotionConfig(const std::string& json_text, const std::
   try {
     j = Json::parse(json_text);
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": not valid JSON: " + e.what());
+    return InvalidArgument(where + ": " + JsonErrorWithoutContent(e));
   }
   MotionConfig m;
   try {
@@ -190,7 +192,7 @@ Result<MotionConfig> ParseMotionConfig(const std::string& json_text, const std::
                              m.recorded_norm + "'");
     }
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": bad field: " + e.what());
+    return InvalidArgument(where + ": bad field: " + JsonErrorWithoutContent(e));
   }
   return m;
 }

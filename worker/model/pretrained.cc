@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "common/json_errors.h"
 #include "worker/model/config.h"
 
 namespace adctl {
@@ -44,7 +45,7 @@ Result<SchedulerConfig> ReadSchedulerConfig(const std::string& pretrained_dir) {
     c.clip_sample = j.value("clip_sample", c.clip_sample);
     c.timestep_spacing = j.value("timestep_spacing", c.timestep_spacing);
   } catch (const std::exception& e) {
-    return InvalidArgument(path + ": " + e.what());
+    return InvalidArgument(path + ": " + JsonErrorWithoutContent(e));
   }
   if (c.beta_schedule != "linear" && c.beta_schedule != "scaled_linear") {
     return InvalidArgument(path + ": beta_schedule '" + c.beta_schedule +

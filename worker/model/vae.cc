@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "common/json_errors.h"
 #include "worker/model/config.h"
 #include "worker/model/weights.h"
 
@@ -201,7 +202,7 @@ Result<VaeConfig> ParseVaeConfig(const std::string& json_text, const std::string
   try {
     j = Json::parse(json_text);
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": not valid JSON: " + e.what());
+    return InvalidArgument(where + ": " + JsonErrorWithoutContent(e));
   }
   VaeConfig c;
   try {
@@ -248,7 +249,7 @@ Result<VaeConfig> ParseVaeConfig(const std::string& json_text, const std::string
       }
     }
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": " + e.what());
+    return InvalidArgument(where + ": " + JsonErrorWithoutContent(e));
   }
   if (c.block_out_channels.empty()) return InvalidArgument(where + ": block_out_channels is empty");
   for (int64_t ch : c.block_out_channels) {

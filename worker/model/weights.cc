@@ -177,9 +177,8 @@ Result<TensorMap> ReadMotionModuleFile(const std::string& path) {
     try {
       value = torch::pickle_load(bytes);
     } catch (const std::exception& e) {
-      std::string what = e.what();
-      what = what.substr(0, what.find('\n'));
-      return InvalidArgument(path + ": a zip file but not a loadable PyTorch checkpoint: " + what);
+      // LibTorch's message may quote the pickle's bytes: not passed on.
+      return InvalidArgument(path + ": a zip file but not a loadable PyTorch checkpoint");
     }
     TensorMap out;
     ADCTL_RETURN_IF_ERROR(CollectPickledTensors(value, path, out));

@@ -67,10 +67,26 @@ Result<std::vector<Row>> ParseCsv(const std::string& path, const std::string& te
   return std::move(state.rows);
 }
 
-std::string JoinColumns(const std::vector<std::string>& columns) {
-  std::string out;
-  for (const std::string& c : columns) out += (out.empty() ? "" : ", ") + c;
-  return out;
+// The header's size, not its names: a message never quotes the file (it may be a file the job
+// may not read, named as its CSV).
+std::string HeaderSize(const std::vector<std::string>& header) {
+  return "the header's " + std::to_string(header.size()) + " column(s) lack it";
+}
+
+// A video's path under the video folder, from the pattern and the row: relative, with no `..`
+// component and no NUL byte, so that no row can name a file outside the folder.
+bool IsContainedRelativePath(const std::string& relative) {
+  if (relative.empty() || relative[0] == '/' || relative.find('\0') != std::string::npos) {
+    return false;
+  }
+  size_t start = 0;
+  while (start <= relative.size()) {
+    size_t end = relative.find('/', start);
+    if (end == std::string::npos) end = relative.size();
+    if (relative.compare(start, end - start, "..") == 0 && end - start == 2) return false;
+    start = end + 1;
+  }
+  return true;
 }
 
 // The pattern as literal text and column references, checked against the header.
@@ -101,7 +117,7 @@ Result<std::vector<PatternPart>> ParsePattern(const std::string& csv_path,
     auto it = columns.find(name);
     if (it == columns.end()) {
       return InvalidArgument(csv_path + ": file pattern '" + pattern + "' names column '" + name +
-                             "', which the header lacks (columns: " + JoinColumns(header) + ")");
+                             "', but " + HeaderSize(header));
     }
     parts.push_back({true, name, it->second});
     pos = close + 1;
@@ -141,7 +157,7 @@ Result<std::vector<VideoEntry>> ReadVideoCsv(const std::string& csv_path,
     if (columns.count(*wanted) == 0) {
       return InvalidArgument(csv_path + ": no column '" + *wanted + "' (" +
                              (wanted == &options.id_column ? "video id" : "caption") +
-                             "); the header has: " + JoinColumns(header));
+                             "): " + HeaderSize(header));
     }
   }
   Result<std::vector<PatternPart>> pattern =
@@ -176,7 +192,13 @@ Result<std::vector<VideoEntry>> ReadVideoCsv(const std::string& csv_path,
     for (const PatternPart& part : *pattern) {
       relative += part.is_column ? row.fields[part.column] : part.text;
     }
-    entry.path = !relative.empty() && relative[0] == '/' ? relative : folder + "/" + relative;
+    if (!IsContainedRelativePath(relative)) {
+      return InvalidArgument(csv_path + ": line " + std::to_string(row.line) +
+                             ": the video's path from data.file_pattern '" + options.file_pattern +
+                             "' is absolute or has a '..' component or a NUL byte; it must stay "
+                             "under the video folder");
+    }
+    entry.path = folder + "/" + relative;
     entries.push_back(std::move(entry));
   }
   return entries;

@@ -13,7 +13,7 @@ namespace adctl {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = ::testing::TempDir() + "adctl-media-XXXXXX";
+    std::string pattern = ::testing::TempDir() + "adctl-test-XXXXXX";
     char* made = mkdtemp(pattern.data());
     EXPECT_NE(made, nullptr) << "mkdtemp " << pattern;
     path_ = pattern;
