@@ -7,6 +7,7 @@
 // comes through WorkerAssignment. The spec reaches the rank as a file (JobLayout::spec()).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,6 +51,9 @@ std::string DescribeExitCode(int code);
 
 // The environment variable that carries the per-job token (a secret: never on the command line).
 constexpr char kWorkerTokenEnv[] = "ADCTL_TOKEN";
+// The most metric points one ReportMetrics call may carry: adctld refuses a larger call
+// (INVALID_ARGUMENT), and a rank sends a longer backlog in calls of this size.
+constexpr size_t kMaxPointsPerReport = 1000;
 // `--ranks-from` values.
 constexpr char kRanksFromSlurm[] = "slurm";
 

@@ -130,6 +130,11 @@ Result<std::vector<MetricRecord>> JobQueries::ListMetrics(const std::string& job
                                                           int64_t after_id,
                                                           int max_points_per_rank) const {
   ADCTL_RETURN_IF_ERROR(RequireJobId(job_id));
+  if (max_points_per_rank < 0 || max_points_per_rank > kMaxMetricPointsPerRank) {
+    return InvalidArgument("max_points: must be in [1, " + std::to_string(kMaxMetricPointsPerRank) +
+                           "], got " + std::to_string(max_points_per_rank));
+  }
+  if (max_points_per_rank == 0) max_points_per_rank = kDefaultMetricPointsPerRank;
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
   auto points = store_->ListMetrics(job_id, after_id);
@@ -259,7 +264,9 @@ Result<WatchBatch> JobQueries::Watch(const std::string& job_id, WatchCursor* cur
     batch.events = std::move(events.value());
     if (!batch.events.empty()) cursor->last_event_id = batch.events.back().id;
   }
-  if (auto metrics = store_->ListMetrics(job_id, cursor->last_metric_id, 0); metrics.ok()) {
+  if (auto metrics =
+          store_->ListMetrics(job_id, cursor->last_metric_id, std::nullopt, kMaxWatchBatchPoints);
+      metrics.ok()) {
     batch.metrics = std::move(metrics.value());
     if (!batch.metrics.empty()) cursor->last_metric_id = batch.metrics.back().id;
   }

@@ -68,6 +68,14 @@ struct WatchBatch {
   std::vector<MetricRecord> metrics;  // after the cursor
 };
 
+// Bounds on what one read answers (GET …/metrics, a watch batch): a job's whole history can be
+// hundreds of MB. A read asks for at most kMaxMetricPointsPerRank points a series (default
+// kDefaultMetricPointsPerRank); a watch batch carries at most kMaxWatchBatchPoints points and
+// the next batch goes on from its cursor.
+constexpr int kDefaultMetricPointsPerRank = 2000;
+constexpr int kMaxMetricPointsPerRank = 20000;
+constexpr int kMaxWatchBatchPoints = 5000;
+
 // Thins each (rank, attempt) series of `points` (ordered by id) to at most `max_per_rank`
 // points, evenly spaced by index, first and last kept; the result stays ordered by id.
 std::vector<MetricRecord> DownsampleMetrics(std::vector<MetricRecord> points, int max_per_rank);
@@ -91,9 +99,10 @@ class JobQueries {
                                         int64_t before_seq = 0) const;
   Result<std::vector<EventRecord>> ListEvents(const std::string& job_id, int64_t after_id = 0,
                                               int limit = 0) const;
-  // Points after `after_id`, ordered by id. `max_points_per_rank` > 0 thins each rank's series
-  // (per attempt) to at most that many points, evenly spaced over its history and always
-  // keeping its first and last point (DownsampleMetrics).
+  // Points after `after_id`, ordered by id, each rank's series (per attempt) thinned to at most
+  // `max_points_per_rank` points (0: kDefaultMetricPointsPerRank; more than
+  // kMaxMetricPointsPerRank: an error), evenly spaced over its history and always keeping its
+  // first and last point (DownsampleMetrics).
   Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id, int64_t after_id = 0,
                                                 int max_points_per_rank = 0) const;
   // Disk is the truth for what exists (retention deletes); the store adds who wrote it, when.

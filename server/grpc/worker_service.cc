@@ -1,5 +1,6 @@
 #include "server/grpc/worker_service.h"
 
+#include "common/worker_contract.h"
 #include "proto/grpc_status.h"
 #include "server/api/convert.h"
 #include "server/grpc/job_service.h"
@@ -59,6 +60,11 @@ grpc::Status WorkerServiceImpl::ReportMetrics(grpc::ServerContext* ctx,
                                               const v1::ReportMetricsRequest* req,
                                               v1::ReportMetricsResponse* /*resp*/) {
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  if (static_cast<size_t>(req->points_size()) > kMaxPointsPerReport) {
+    return ToGrpcStatus(InvalidArgument(
+        "ReportMetrics: " + std::to_string(req->points_size()) + " points in one call; at most " +
+        std::to_string(kMaxPointsPerReport) + " (send a longer backlog in several calls)"));
+  }
   std::vector<MetricRecord> points;
   for (const auto& p : req->points()) points.push_back(MetricFromProto(p));
   return ToGrpcStatus(hub_->ReportMetrics(req->ref().job_id(), req->ref().attempt(),

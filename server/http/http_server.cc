@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -21,8 +22,8 @@ constexpr int kDefaultPollMs = 25000;
 constexpr int kMaxPollMs = 60000;
 constexpr int64_t kDefaultLogBytes = 64 * 1024;
 constexpr int64_t kMaxLogBytes = 1 << 20;
-// Long polls hold a thread each; more than cpp-httplib's default of max(8, cores - 1).
-constexpr size_t kHttpThreads = 32;
+// A request body (a command's JSON) is small: larger ones are answered 413 unread.
+constexpr size_t kMaxBodyBytes = 1 << 20;
 
 // The HTTP status of each adctl::Status code (as grpc-gateway maps the gRPC codes, except
 // FailedPrecondition: a command on a job in the wrong state is a conflict with its state, 409).
@@ -100,12 +101,10 @@ Result<nlohmann::json> JsonBody(const httplib::Request& req) {
   return body;
 }
 
-// An optional JSON number field of a command body, >= 0.
+// An optional JSON number field of a command body (its range is JobManager's).
 Result<std::optional<double>> OptionalSeconds(const nlohmann::json& body, const char* name) {
   if (!body.contains(name) || body[name].is_null()) return std::optional<double>();
-  if (!body[name].is_number() || body[name].get<double>() < 0) {
-    return InvalidArgument(std::string(name) + ": expected a number >= 0");
-  }
+  if (!body[name].is_number()) return InvalidArgument(std::string(name) + ": expected a number");
   return std::optional<double>(body[name].get<double>());
 }
 
@@ -146,7 +145,11 @@ std::string EventsArray(const std::vector<EventRecord>& events) {
 
 HttpServer::HttpServer(JobManager* jobs, const JobQueries* queries, JobMetrics* metrics,
                        HttpOptions options)
-    : jobs_(jobs), queries_(queries), metrics_(metrics), options_(std::move(options)) {}
+    : jobs_(jobs),
+      queries_(queries),
+      metrics_(metrics),
+      options_(std::move(options)),
+      guard_(options_.connections) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -165,37 +168,47 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
     server_ = std::make_unique<httplib::Server>();
   }
   httplib::Server& s = *server_;
-  s.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-  if (options_.access != nullptr && options_.access->enabled()) {
-    // The JSON API as JobService: reads need a viewer, commands (POST) a submitter; /metrics and
-    // /healthz only with --metrics-auth token; the page's files stay open (they hold no data).
-    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      const bool api = req.path.rfind("/api/", 0) == 0;
-      const bool scrape = req.path == "/metrics" || req.path == "/healthz";
-      if (!api && !(scrape && options_.metrics_need_token)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      const Role needed =
-          req.method == "GET" || req.method == "HEAD" ? Role::kViewer : Role::kSubmitter;
-      std::string problem;
-      const std::string token = Bearer(req, &problem);
-      AccessDecision d;
-      if (problem.empty()) {
-        d = options_.access->Check(token, needed);
-      } else {
-        d.kind = AccessDecision::Kind::kUnauthenticated;
-        d.message = problem;
-      }
-      if (d.allowed()) return httplib::Server::HandlerResponse::Unhandled;
-      if (d.kind == AccessDecision::Kind::kUnauthenticated) {
-        res.set_header("WWW-Authenticate", "Bearer");
-        SendError(res, 401, "UNAUTHENTICATED", d.message);
-      } else {
-        SendError(res, 403, "PERMISSION_DENIED", d.message);
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    });
-  }
+  // A thread per connection, slow requests cut off, long polls bounded (connection_guard.h).
+  s.new_task_queue = [this] { return guard_.NewTaskQueue(); };
+  s.set_payload_max_length(kMaxBodyBytes);
+  s.set_logger(
+      [this](const httplib::Request&, const httplib::Response&) { guard_.AnswerWritten(); });
+  const bool check_tokens = options_.access != nullptr && options_.access->enabled();
+  // A request without a body has arrived whole when it is routed; a command (POST) once its
+  // handler runs (its body read).
+  s.set_pre_routing_handler(
+      [this, check_tokens](const httplib::Request& req, httplib::Response& res) {
+        if (req.method != "POST") guard_.RequestArrived(req);
+        if (!check_tokens) return httplib::Server::HandlerResponse::Unhandled;
+        {
+          // The JSON API as JobService: reads need a viewer, commands (POST) a submitter; /metrics
+          // and /healthz only with --metrics-auth token; the page's files stay open (no data).
+          const bool api = req.path.rfind("/api/", 0) == 0;
+          const bool scrape = req.path == "/metrics" || req.path == "/healthz";
+          if (!api && !(scrape && options_.metrics_need_token)) {
+            return httplib::Server::HandlerResponse::Unhandled;
+          }
+          const Role needed =
+              req.method == "GET" || req.method == "HEAD" ? Role::kViewer : Role::kSubmitter;
+          std::string problem;
+          const std::string token = Bearer(req, &problem);
+          AccessDecision d;
+          if (problem.empty()) {
+            d = options_.access->Check(token, needed);
+          } else {
+            d.kind = AccessDecision::Kind::kUnauthenticated;
+            d.message = problem;
+          }
+          if (d.allowed()) return httplib::Server::HandlerResponse::Unhandled;
+          if (d.kind == AccessDecision::Kind::kUnauthenticated) {
+            res.set_header("WWW-Authenticate", "Bearer");
+            SendError(res, 401, "UNAUTHENTICATED", d.message);
+          } else {
+            SendError(res, 403, "PERMISSION_DENIED", d.message);
+          }
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      });
   // Errors cpp-httplib answers itself under /api/ (no route, a malformed request) are JSON too.
   s.set_error_handler(
       httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
@@ -205,6 +218,9 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
         const std::string what = req.method + " " + req.path + ": ";
         if (res.status == 404) {
           SendError(res, 404, "NOT_FOUND", what + "no such API route");
+        } else if (res.status == 413) {
+          SendError(res, 413, "INVALID_ARGUMENT",
+                    what + "request body over " + std::to_string(kMaxBodyBytes) + " bytes");
         } else if (res.status == 400) {
           SendError(res, 400, "INVALID_ARGUMENT",
                     what + "malformed request (a POST needs a body or Content-Length: 0)");
@@ -245,6 +261,7 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
                        ": cannot listen for HTTP there (is the port taken, e.g. by another "
                        "adctld?)");
   }
+  guard_.Start(bound);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return bound;
 }
@@ -285,7 +302,8 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
         });
   s.Get(R"(/api/v1/jobs/([^/]+)/metrics)", [this](const httplib::Request& req,
                                                   httplib::Response& res) {
-    auto max_points = IntParam(req, "max_points", 0, 1, 1000000);
+    auto max_points =
+        IntParam(req, "max_points", kDefaultMetricPointsPerRank, 1, kMaxMetricPointsPerRank);
     if (!max_points.ok()) return SendError(res, max_points.status());
     auto after_id = IntParam(req, "after_id", 0, 0, std::numeric_limits<int64_t>::max());
     if (!after_id.ok()) return SendError(res, after_id.status());
@@ -306,8 +324,26 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
     if (!after_metric.ok()) return SendError(res, after_metric.status());
     auto timeout_ms = IntParam(req, "timeout_ms", kDefaultPollMs, 0, kMaxPollMs);
     if (!timeout_ms.ok()) return SendError(res, timeout_ms.status());
+    if (!guard_.TryStartLongPoll()) {
+      res.set_header("Retry-After", "1");
+      return SendError(res, 503, "UNAVAILABLE",
+                       "too many long polls in flight; retry (or poll with timeout_ms=0)");
+    }
+    // In slices of a second, so that a poll whose client left ends then, not at its timeout.
     WatchCursor cursor{*after_event, *after_metric};
-    auto batch = queries_->WaitForUpdates(req.matches[1], &cursor, static_cast<int>(*timeout_ms));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*timeout_ms);
+    Result<WatchBatch> batch = InvalidArgument("no poll");
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      batch = queries_->WaitForUpdates(
+          req.matches[1], &cursor, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000)));
+      if (!batch.ok() || !batch->events.empty() || !batch->metrics.empty() || left.count() <= 0 ||
+          guard_.ClientGone()) {
+        break;
+      }
+    }
+    guard_.EndLongPoll();
     if (!batch.ok()) return SendError(res, batch.status());
     v1::Job job;
     JobViewToProto(batch->job, &job);
@@ -405,6 +441,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
   };
   s.Post(R"(/api/v1/jobs/([^/]+)/cancel)",
          [this, reply](const httplib::Request& req, httplib::Response& res) {
+           guard_.RequestArrived(req);
            auto body = JsonBody(req);
            if (!body.ok()) return SendError(res, body.status());
            auto grace = OptionalSeconds(*body, "grace_seconds");
@@ -420,6 +457,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
          });
   s.Post(R"(/api/v1/jobs/([^/]+)/pause)",
          [this, reply](const httplib::Request& req, httplib::Response& res) {
+           guard_.RequestArrived(req);
            auto body = JsonBody(req);
            if (!body.ok()) return SendError(res, body.status());
            auto grace = OptionalSeconds(*body, "grace_seconds");
@@ -428,6 +466,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
          });
   s.Post(R"(/api/v1/jobs/([^/]+)/resume)",
          [this, reply](const httplib::Request& req, httplib::Response& res) {
+           guard_.RequestArrived(req);
            auto body = JsonBody(req);
            if (!body.ok()) return SendError(res, body.status());
            std::optional<int> gpus;
@@ -444,6 +483,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
 void HttpServer::Stop() {
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
+  guard_.Stop();
 }
 
 }  // namespace adctl

@@ -31,6 +31,7 @@
 #include "common/status.h"
 #include "server/api/job_queries.h"
 #include "server/auth/access_policy.h"
+#include "server/http/connection_guard.h"
 #include "server/metrics/job_metrics.h"
 #include "server/supervisor/job_manager.h"
 
@@ -47,6 +48,8 @@ struct HttpOptions {
   bool metrics_need_token = false;  // /metrics and /healthz need a viewer's token too
   // HTTPS: PEM files (empty: plain HTTP); a client CA makes client certificates required.
   std::string tls_cert, tls_key, tls_client_ca;
+  // Slow clients, connections and long polls (connection_guard.h).
+  ConnectionGuardOptions connections;
 };
 
 class HttpServer {
@@ -67,6 +70,7 @@ class HttpServer {
   const JobQueries* const queries_;
   JobMetrics* const metrics_;
   const HttpOptions options_;
+  ConnectionGuard guard_;  // before server_: its task queue's threads use it
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };

@@ -1,6 +1,7 @@
 // The coordinator's settings (adctld's flags), shared by its parts.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,9 @@ struct SupervisorOptions {
   std::string coordinator_address;  // what ranks dial ("127.0.0.1:50051")
   std::vector<Device> devices;
   int heartbeat_interval_ms = 1000;
+  // Metric points kept per job and rank (--metrics-max-points); 0: every point. Also bounds a
+  // flood: the hub thins as the points come, not only on adctld's minute timer.
+  int64_t metrics_max_points = 0;
   double restart_backoff_seconds = 1.0;
   int tick_ms = 100;
   PathRoots paths;     // which files a job may name (--read-root, --write-root)

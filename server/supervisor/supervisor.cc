@@ -7,7 +7,8 @@ Supervisor::Supervisor(const SupervisorOptions& options, Store* store, Launcher*
     : recorder_(store, observer, &changes_),
       monitor_(options, store, launcher, &recorder_, &changes_, clock, slurm),
       jobs_(options, store, &monitor_, &recorder_, &changes_, clock),
-      workers_(store, &recorder_, &changes_, clock, options.heartbeat_interval_ms) {}
+      workers_(store, &recorder_, &changes_, clock, options.heartbeat_interval_ms,
+               options.metrics_max_points) {}
 
 Supervisor::~Supervisor() { Stop(); }
 

@@ -147,6 +147,16 @@ Status WorkerHub::ReportMetrics(const std::string& job_id, int attempt, int rank
     if (m.time == 0) m.time = clock_->Now();
   }
   ADCTL_RETURN_IF_ERROR(KeepAndRetry(store_->AddMetrics(points), "metric points"));
+  if (metrics_max_points_ > 0 &&
+      (points_since_thinning_ += static_cast<int64_t>(points.size())) >= metrics_max_points_) {
+    // A flood of points cannot outrun the bound: each pass thins the older half of every
+    // series over it, so a few passes bring them back under.
+    points_since_thinning_ = 0;
+    for (int pass = 0; pass < 8; ++pass) {
+      auto thinned = store_->ThinMetrics(std::max<int64_t>(4, metrics_max_points_));
+      if (!thinned.ok() || *thinned == 0) break;
+    }
+  }
   if (recorder_->observer()) recorder_->observer()->OnMetrics(points);
   if (job->state == JobState::kStarting && !points.empty()) {
     recorder_->Transition(job_id, JobState::kRunning, "training (first step reported)", {},

@@ -5,6 +5,7 @@
 // are dropped. Works on the Store alone (no process state). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
@@ -20,13 +21,16 @@ namespace adctl {
 
 class WorkerHub {
  public:
+  // `metrics_max_points` > 0 bounds each (job, rank) series as points arrive (Store::
+  // ThinMetrics once that many new points have come in since the last thinning).
   WorkerHub(Store* store, JobRecorder* recorder, ChangeFeed* changes, Clock* clock,
-            int heartbeat_interval_ms)
+            int heartbeat_interval_ms, int64_t metrics_max_points = 0)
       : store_(store),
         recorder_(recorder),
         changes_(changes),
         clock_(clock),
-        heartbeat_interval_ms_(heartbeat_interval_ms) {}
+        heartbeat_interval_ms_(heartbeat_interval_ms),
+        metrics_max_points_(metrics_max_points) {}
 
   // `token` is the bearer token the rank presented: the one its attempt was launched with, for a
   // rank of that attempt, while the attempt runs. PermissionDenied for a wrong token, attempt or
@@ -65,6 +69,8 @@ class WorkerHub {
   ChangeFeed* const changes_;
   Clock* const clock_;
   const int heartbeat_interval_ms_;
+  const int64_t metrics_max_points_;
+  std::atomic<int64_t> points_since_thinning_{0};
 };
 
 }  // namespace adctl

@@ -2,6 +2,11 @@
 // that train, the real adworker on a tiny preset model. Covers what the web page relies on:
 // downsampled metric history, the long poll, following a rank log, checkpoints, the commands,
 // the error statuses and the bearer token.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +46,134 @@ void ExpectError(const HttpReply& r, int status, const std::string& code) {
   ASSERT_TRUE(r.json.is_object()) << r.body;
   EXPECT_EQ(r.json.value("error", ""), code) << r.body;
   EXPECT_FALSE(r.json.value("message", "").empty()) << r.body;
+}
+
+// A TCP connection to host:port ("" when it cannot connect); -1 on failure.
+int Connect(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& text) {
+  return send(fd, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+}
+
+// Whether the server closed (or reset) the connection: reading what it sent (an error answer,
+// if any) finds EOF or an error now.
+bool ClosedByServer(int fd) {
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) continue;
+    return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+}
+
+int ThreadCount(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// 200 slowloris sockets (a header line every second, never the blank line) do not stop the
+// HTTP side: /healthz and /metrics keep answering, and each slow socket is closed once its
+// request has taken 10 s. Bodies over 1 MiB are answered 413 unread.
+TEST(HttpApiTest, SlowClientsCannotStopIt) {
+  Coordinator c(1);
+  c.Start();
+  std::vector<int> slow;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = Connect(c.http_address());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: adctl\r\n"));
+    slow.push_back(fd);
+  }
+  const auto start = Clock::now();
+  int answered = 0;
+  while (SecondsSince(start) < 8) {
+    for (int fd : slow) SendAll(fd, "X-Slow: 1\r\n");
+    const auto asked = Clock::now();
+    EXPECT_EQ(c.Http("GET", "/healthz").status, 200);
+    EXPECT_EQ(c.Http("GET", "/metrics").status, 200);
+    EXPECT_LT(SecondsSince(asked), 2.0) << "answers wait behind the slow sockets";
+    ++answered;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  EXPECT_GE(answered, 5);
+  // By 10 s (and a watchdog period) every slow socket is closed by adctld.
+  int closed = 0;
+  while (SecondsSince(start) < 16 && closed < static_cast<int>(slow.size())) {
+    closed = 0;
+    for (int fd : slow) {
+      SendAll(fd, "X-Slow: 1\r\n");
+      closed += ClosedByServer(fd) ? 1 : 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(closed, static_cast<int>(slow.size()));
+  for (int fd : slow) close(fd);
+
+  // A body over the limit: 413, without adctld reading (or keeping) it.
+  const int big = Connect(c.http_address());
+  ASSERT_GE(big, 0);
+  ASSERT_TRUE(SendAll(big,
+                      "POST /api/v1/jobs/j-1/cancel HTTP/1.1\r\nHost: adctl\r\nAuthorization: "
+                      "Bearer " +
+                          c.HttpToken() +
+                          "\r\nContent-Type: application/json\r\nContent-Length: "
+                          "1073741824\r\n\r\n{"));
+  std::string answer(512, '\0');
+  timeval tv{5, 0};
+  setsockopt(big, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const ssize_t n = recv(big, answer.data(), answer.size(), 0);
+  close(big);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer.substr(0, static_cast<size_t>(n));
+}
+
+// Long polls whose clients left end at once, not at their timeout: adctld's threads come back.
+TEST(HttpApiTest, LongPollsWhoseClientsLeftEnd) {
+  if (!HaveAdworker()) GTEST_SKIP() << "needs adworker";
+  Coordinator c(1);
+  c.Start();
+  const std::string id = c.Submit(c.WriteSpec("poll", kLongSpec));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int before = ThreadCount(c.pid());
+  ASSERT_GT(before, 0);
+  std::vector<int> polls;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = Connect(c.http_address());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, "GET /api/v1/jobs/" + id +
+                                "/updates?after_event=999999999&after_metric=999999999&"
+                                "timeout_ms=60000 HTTP/1.1\r\nHost: adctl\r\nAuthorization: "
+                                "Bearer " +
+                                c.HttpToken() + "\r\n\r\n"));
+    polls.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_GE(ThreadCount(c.pid()), before + 90) << "a long poll holds its connection's thread";
+  for (int fd : polls) close(fd);
+  const auto left = Clock::now();
+  while (SecondsSince(left) < 5 && ThreadCount(c.pid()) > before + 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_LE(ThreadCount(c.pid()), before + 10) << "long polls outlived their clients";
+  EXPECT_LT(SecondsSince(left), 5.0);
+  EXPECT_EQ(c.Http("GET", "/healthz").status, 200);
+  c.Adctl({"cancel", id, "--force"});
 }
 
 TEST(HttpApiTest, TokenGuardsTheJsonApiButNotMetricsOrHealth) {
@@ -121,8 +254,11 @@ TEST(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
   ExpectError(c.Http("POST", "/api/v1/jobs/j-nope/cancel", "not json"), 400, "INVALID_ARGUMENT");
   ExpectError(c.Http("POST", "/api/v1/jobs/j-nope/cancel", R"({"grace_seconds": -1})"), 400,
               "INVALID_ARGUMENT");
-  // No token configured: the API is open.
-  EXPECT_EQ(c.HttpWithAuthorization("GET", "/api/v1/jobs", "").status, 200);
+  // No token configured: the API takes adctld's owner token (HTTP is TCP: every account on the
+  // machine reaches it), /healthz needs none.
+  ExpectError(c.HttpWithAuthorization("GET", "/api/v1/jobs", ""), 401, "UNAUTHENTICATED");
+  EXPECT_EQ(c.HttpWithAuthorization("GET", "/api/v1/jobs", "Bearer " + c.HttpToken()).status, 200);
+  EXPECT_EQ(c.HttpWithAuthorization("GET", "/healthz", "").status, 200);
 }
 
 class HttpApiTrainingTest : public ::testing::Test {

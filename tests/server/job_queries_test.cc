@@ -268,3 +268,41 @@ TEST(ConvertTest, TheEtaIsComputedOnceForJobsAndMetricPoints) {
 
 }  // namespace
 }  // namespace adctl
+
+namespace adctl {
+namespace {
+
+// A job's whole history is never one answer: reads are thinned to a default and capped, and a
+// watch batch carries a bounded number of points, the rest following from its cursor.
+TEST_F(JobQueriesTest, MetricReadsAndWatchBatchesAreBounded) {
+  const int n = kMaxWatchBatchPoints + 1500;
+  std::vector<MetricRecord> points(n);
+  for (int i = 0; i < n; ++i) {
+    points[i].job_id = job_.id;
+    points[i].attempt = 1;
+    points[i].step = i + 1;
+    points[i].loss = 1.0;
+  }
+  ASSERT_TRUE(store_->AddMetrics(points).ok());
+
+  auto read = queries_->ListMetrics(job_.id);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->size(), static_cast<size_t>(kDefaultMetricPointsPerRank));
+  EXPECT_EQ(read->front().step, 1);
+  EXPECT_EQ(read->back().step, n);
+  EXPECT_EQ(queries_->ListMetrics(job_.id, 0, kMaxMetricPointsPerRank + 1).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(queries_->ListMetrics(job_.id, 0, 10)->size(), 10u);
+
+  WatchCursor cursor;
+  auto first = queries_->Watch(job_.id, &cursor);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->metrics.size(), static_cast<size_t>(kMaxWatchBatchPoints));
+  auto second = queries_->Watch(job_.id, &cursor);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->metrics.size(), 1500u);
+  EXPECT_EQ(second->metrics.back().step, n);
+}
+
+}  // namespace
+}  // namespace adctl

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/job_layout.h"
+#include "common/worker_contract.h"
 #include "server/grpc/job_service.h"
 #include "server/grpc/worker_service.h"
 #include "server/supervisor/supervisor.h"
@@ -31,6 +32,7 @@ class WorkerApiTest : public ::testing::Test {
     o.devices = CpuSlots(2);
     o.tick_ms = 20;
     o.heartbeat_interval_ms = 100;
+    o.metrics_max_points = kMaxPoints;
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
     ASSERT_TRUE(supervisor_->Start().ok());
     service_ = std::make_unique<WorkerServiceImpl>(&supervisor_->workers());
@@ -70,6 +72,27 @@ class WorkerApiTest : public ::testing::Test {
     (void)system(cmd.c_str());
   }
   std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  // ReportMetrics as a rank calls it, with `n` points of steps from `first_step`.
+  grpc::Status ReportPoints(int64_t first_step, int n) {
+    auto stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    v1::ReportMetricsRequest req;
+    req.mutable_ref()->set_job_id(job_.id);
+    req.mutable_ref()->set_attempt(1);
+    req.mutable_ref()->set_rank(0);
+    for (int i = 0; i < n; ++i) {
+      v1::MetricPoint* p = req.add_points();
+      p->set_step(first_step + i);
+      p->set_loss(0.5);
+    }
+    v1::ReportMetricsResponse resp;
+    return stub->ReportMetrics(&ctx, req, &resp);
+  }
+
+  static constexpr int64_t kMaxPoints = 20000;  // --metrics-max-points
 
   std::string dir_;
   std::unique_ptr<Store> store_;
@@ -210,6 +233,37 @@ TEST_F(WorkerApiTest, ReportsReachTheStoreAndPauseSetsTheStopFlag) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(c.StopRequested());
+}
+
+}  // namespace
+}  // namespace adctl
+
+namespace adctl {
+namespace {
+
+// One call carries at most kMaxPointsPerReport points, and a flood of calls cannot outrun the
+// history bound (--metrics-max-points): the store stays within it plus what arrives between
+// two thinnings, whatever the rank sends.
+TEST_F(WorkerApiTest, ReportsAreBoundedAndAFloodStaysWithinTheHistoryBound) {
+  grpc::Status big = ReportPoints(1, static_cast<int>(kMaxPointsPerReport) + 1);
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(big.error_message().find("at most 1000"), std::string::npos) << big.error_message();
+  EXPECT_TRUE(store_->ListMetrics(job_.id, 0)->empty());
+
+  const int calls = 120;
+  for (int call = 0; call < calls; ++call) {
+    grpc::Status st = ReportPoints(1 + call * 1000, 1000);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    if (call % 10 == 9) {
+      const size_t kept = store_->ListMetrics(job_.id, 0)->size();
+      EXPECT_LE(kept, static_cast<size_t>(2 * kMaxPoints + 1000)) << "after call " << call;
+    }
+  }
+  // The newest steps keep full resolution; the first point stays.
+  auto points = store_->ListMetrics(job_.id, 0).value();
+  ASSERT_FALSE(points.empty());
+  EXPECT_EQ(points.front().step, 1);
+  EXPECT_EQ(points.back().step, calls * 1000);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "common/worker_contract.h"
 #include "proto/channel_credentials.h"
 #include "proto/grpc_status.h"
 #include "proto/metric_point.h"
@@ -39,9 +40,11 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, Credentials(), args);
 }
 
+// CANCELLED too: a stopping adctld cancels the calls in flight (its successor takes them).
 bool Retryable(const grpc::Status& st) {
   return st.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         st.error_code() == grpc::StatusCode::CANCELLED;
 }
 
 const char* LevelName(EventLevel level) {
@@ -236,8 +239,11 @@ bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (metrics_.empty() && events_.empty()) return true;
-    metrics.assign(metrics_.begin(), metrics_.end());
-    events.assign(events_.begin(), events_.end());
+    // At most kMaxPointsPerReport points a call; the events wait until the points queued before
+    // them are all out (a checkpoint event never precedes the steps it covers).
+    const size_t n = std::min(metrics_.size(), kMaxPointsPerReport);
+    metrics.assign(metrics_.begin(), metrics_.begin() + static_cast<std::ptrdiff_t>(n));
+    if (n == metrics_.size()) events.assign(events_.begin(), events_.end());
     in_flight_ = true;
   }
   bool ok = true;
