@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/data_dir_layout.h"
 #include "proto/channel_credentials.h"
 
 namespace adctl::cli {
@@ -26,6 +27,12 @@ YAML::Node LoadConfig() {
   }
 }
 
+// adctld's data directory as the CLI guesses it: ADCTL_DATA_DIR, else adctld's default.
+std::string DataDirOrDefault() {
+  const char* env = getenv("ADCTL_DATA_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(kDefaultDataDir);
+}
+
 }  // namespace
 
 Connection ResolveConnection(const std::string& server_flag) {
@@ -37,6 +44,10 @@ Connection ResolveConnection(const std::string& server_flag) {
     c.server = env;
   } else if (config && config["server"]) {
     c.server = config["server"].as<std::string>();
+  } else if (const std::string local = DataDirLayout(DataDirOrDefault()).socket();
+             std::filesystem::exists(local)) {
+    // A tokenless adctld serves only on its data directory's Unix socket.
+    c.server = "unix:" + local;
   } else {
     c.server = "localhost:50051";
   }
@@ -57,7 +68,9 @@ Client::Client(const Connection& connection) : connection_(connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   std::string error;
-  auto credentials = ChannelCredentialsFor(connection_.tls_ca, &error);
+  // A Unix socket is never TLS (adctld serves it only without tokens, to its own user).
+  const bool unix_socket = connection_.server.rfind("unix:", 0) == 0;
+  auto credentials = ChannelCredentialsFor(unix_socket ? "" : connection_.tls_ca, &error);
   if (!error.empty()) std::cerr << "adctl: " << error << "\n";
   channel_ = grpc::CreateCustomChannel(connection_.server, credentials, args);
   stub_ = v1::JobService::NewStub(channel_);

@@ -18,6 +18,7 @@ constexpr int kExitUsage = 2;        // usage or validation error (bad flag, bad
 constexpr int kExitCancelled = 3;    // job CANCELLED
 constexpr int kExitTimeout = 4;      // --timeout passed before the job ended
 constexpr int kExitUnreachable = 5;  // adctld cannot be reached
+constexpr int kExitPaused = 6;       // `wait`: the job is PAUSED (it waits for `adctl resume`)
 
 struct Connection {
   std::string server;  // host:port

@@ -17,6 +17,7 @@
 
 #include "cli/client.h"
 #include "cli/render.h"
+#include "common/job_spec.h"
 #include "common/status.h"
 
 namespace adctl::cli {
@@ -92,6 +93,15 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
           PrintOutcome(job);
         }
         return ExitCodeFor(job.state());
+      }
+      if (job.state() == v1::JOB_STATE_PAUSED) {
+        // Nothing happens to a paused job until someone resumes it: a pipeline must not hang.
+        if (json) {
+          std::cout << ToJson(job) << "\n";
+        } else {
+          std::cout << job.id() << " PAUSED: it waits for `adctl resume " << job.id() << "`\n";
+        }
+        return kExitPaused;
       }
     } else if (ever_connected && (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                                   st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
@@ -199,8 +209,16 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds, boo
 }
 
 adctl::Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return adctl::NotFound(path + ": cannot read the job spec file");
+  // Checked here, before the call: adctld would refuse it too, but a file larger than a gRPC
+  // message never reaches the check that says why.
+  const std::streamoff size = in.tellg();
+  if (size > static_cast<std::streamoff>(adctl::kMaxSpecBytes)) {
+    return adctl::InvalidArgument(path + ": " + std::to_string(size) + " bytes, more than the " +
+                                  std::to_string(adctl::kMaxSpecBytes) + " a job spec may have");
+  }
+  in.seekg(0);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -583,9 +601,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Globals g;
   app.add_option("--server", g.server,
-                 "adctld address host:port (env ADCTL_SERVER, config `server:`, default "
-                 "localhost:50051); token from env ADCTL_TOKEN or `token:` in "
-                 "~/.config/adctl/config.yaml");
+                 "adctld address host:port, or unix:PATH of a tokenless adctld's socket (env "
+                 "ADCTL_SERVER, config `server:`; default: $ADCTL_DATA_DIR/adctld.sock, else "
+                 "./adctl-data/adctld.sock when it exists, else localhost:50051); token from env "
+                 "ADCTL_TOKEN or `token:` in ~/.config/adctl/config.yaml");
   app.add_option("-o,--output", g.output, "output format")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

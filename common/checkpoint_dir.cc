@@ -261,8 +261,9 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(const nlohmann::json& j)
 Result<CheckpointWriter> CheckpointWriter::Begin(const std::string& root, int64_t step) {
   if (step < 0) return InvalidArgument("checkpoint step must be >= 0, got " + std::to_string(step));
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return Internal("cannot create checkpoint root " + root + ": " + ec.message());
+  if (Status made = MakePrivateDirectories(root); !made.ok()) {
+    return Internal("checkpoint root: " + made.message());
+  }
   fs::path tmp = fs::path(root) / (kTmpPrefix + CheckpointDirName(step).substr(5) + "-" +
                                    std::to_string(::getpid()));
   if (auto removed = RemoveTree(tmp.string()); !removed.ok()) {

@@ -77,4 +77,21 @@ Result<int64_t> RemoveTree(const std::string& path) {
   return removed + 1;
 }
 
+Status MakePrivateDirectories(const std::string& path) {
+  if (path.empty()) return InvalidArgument("MakePrivateDirectories: empty path");
+  size_t end = 0;
+  while (end != std::string::npos) {
+    end = path.find('/', end + 1);
+    const std::string prefix = path.substr(0, end);
+    if (prefix.empty() || prefix == "/") continue;
+    if (::mkdir(prefix.c_str(), 0700) == 0 || errno == EEXIST) continue;
+    return Errno("cannot create", prefix);
+  }
+  struct stat s;
+  if (::stat(path.c_str(), &s) != 0 || !S_ISDIR(s.st_mode)) {
+    return Internal("cannot create " + path + ": a file of that name is in the way");
+  }
+  return Status::Ok();
+}
+
 }  // namespace adctl

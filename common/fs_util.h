@@ -18,4 +18,9 @@ namespace adctl {
 // error, what was removed before it stays removed and the error names the entry.
 Result<int64_t> RemoveTree(const std::string& path);
 
+// Creates `path` and its missing parents like `mkdir -p`, each folder it creates 0700 (a job's
+// checkpoint or cache folder outside the data directory is its owner's alone, as the data
+// directory is). Existing folders keep their mode. The error names the folder it could not make.
+Status MakePrivateDirectories(const std::string& path);
+
 }  // namespace adctl

@@ -586,8 +586,13 @@ Status UnitInterval(const char* path, double value) {
 }
 
 // Bounds on what a spec may ask for; README.md ("Job spec") lists them.
-constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr int64_t kMaxSteps = 1'000'000'000;
+// Upper bounds of sizes (no real job comes near them; each keeps an allocation finite).
+constexpr int64_t kMaxSamples = 10'000'000;             // data.num_samples (synthetic clips)
+constexpr int64_t kMaxFrames = 1024;                    // data.frames, validation.frames
+constexpr int64_t kMaxLatentSide = 1024;                // data.height/width (8192 pixels)
+constexpr int64_t kMaxTextLen = 4096;                   // data.text_len (CLIP's is 77)
+constexpr int64_t kMaxBatchLatents = int64_t{1} << 31;  // one micro-batch's latent values
 constexpr int64_t kMaxPriority = 1'000'000;
 
 // Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
@@ -677,6 +682,11 @@ Result<JobSpec> LoadJobSpecFile(const std::string& path,
   return spec;
 }
 
+Status CheckGraceSeconds(const std::string& field, double seconds) {
+  ADCTL_RETURN_IF_ERROR(NonNegative(field.c_str(), seconds));
+  return Within(field.c_str(), seconds, 0.0, kMaxGraceSeconds);
+}
+
 Status ValidateJobSpec(const JobSpec& s) {
   if (!ValidName(s.name)) {
     return InvalidArgument(
@@ -738,6 +748,15 @@ Status ValidateJobSpec(const JobSpec& s) {
       return InvalidArgument("data.file_pattern: must contain {" + d.id_column +
                              "} (the id column), got " + Show(d.file_pattern));
     }
+    // The pattern's literal text: relative, no `..` component, no NUL (CSV values are checked
+    // where the worker reads them: a row can name no file outside data.video_dir).
+    if (d.file_pattern[0] == '/' || d.file_pattern.find('\0') != std::string::npos ||
+        ("/" + d.file_pattern + "/").find("/../") != std::string::npos) {
+      return InvalidArgument(
+          "data.file_pattern: must be a path relative to data.video_dir without '..' or NUL, "
+          "got " +
+          Show(d.file_pattern));
+    }
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.stride", d.stride, 1));
     for (auto [path, v] : {std::pair{"data.sample_height", d.sample_height},
                            std::pair{"data.sample_width", d.sample_width}}) {
@@ -766,11 +785,13 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument("data.path: only used with data.kind 'latents', got " + Show(d.path) +
                            " with kind 'synthetic'");
   }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.num_samples", d.num_samples, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.frames", d.frames, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.height", d.height, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.width", d.width, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.text_len", d.text_len, 1));
+  // Sizes that could never fit are refused here, naming the field, rather than by a rank's
+  // allocation failing (and being retried) later.
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.num_samples", d.num_samples, 1, kMaxSamples));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.frames", d.frames, 1, kMaxFrames));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.height", d.height, 1, kMaxLatentSide));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.width", d.width, 1, kMaxLatentSide));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.text_len", d.text_len, 1, kMaxTextLen));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.seed", d.seed, 0));
   if (m.preset == ModelPreset::kTiny) {
     if (d.frames > kTinyMaxFrames) {
@@ -798,6 +819,14 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_steps", t.max_steps, 1, kMaxSteps));
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.batch_size", t.batch_size, 1, 4096));
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.grad_accum", t.grad_accum, 1, 65536));
+  // One micro-batch's latents on a rank (4 channels); each factor is bounded above.
+  const int64_t batch_latents = t.batch_size * d.frames * d.height * d.width * 4;
+  if (batch_latents > kMaxBatchLatents) {
+    return InvalidArgument(
+        "train.batch_size x data.frames x data.height x data.width: one batch would hold " +
+        std::to_string(batch_latents) + " latent values, at most " +
+        std::to_string(kMaxBatchLatents) + " (lower the batch size or the clip size)");
+  }
   ADCTL_RETURN_IF_ERROR(Positive("train.lr", t.lr));
   ADCTL_RETURN_IF_ERROR(Within("train.lr", t.lr, 0.0, 1.0));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta1", t.beta1));
@@ -855,13 +884,14 @@ Status ValidateJobSpec(const JobSpec& s) {
   }
   ADCTL_RETURN_IF_ERROR(Finite("validation.guidance", v.guidance));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.seed", v.seed, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.frames", v.frames, 1));
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("validation.frames", v.frames, 1, kMaxFrames));
   for (auto [path, px] :
        {std::pair{"validation.height", v.height}, std::pair{"validation.width", v.width}}) {
     if (px < 8 || px % 8 != 0) {
       return InvalidArgument(std::string(path) + ": must be a multiple of 8 (>= 8), got " +
                              Show(px));
     }
+    ADCTL_RETURN_IF_ERROR(Within<int64_t>(path, px, 8, 8 * kMaxLatentSide));
   }
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.every_steps", v.every_steps, 0));
   for (size_t i = 0; i < v.at_steps.size(); ++i) {
@@ -889,8 +919,7 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(
       Within<int64_t>("resources.priority", r.priority, -kMaxPriority, kMaxPriority));
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.max_restarts", r.max_restarts, 0, 1000));
-  ADCTL_RETURN_IF_ERROR(NonNegative("resources.grace_seconds", r.grace_seconds));
-  ADCTL_RETURN_IF_ERROR(Within("resources.grace_seconds", r.grace_seconds, 0.0, kDay));
+  ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("resources.grace_seconds", r.grace_seconds));
   ADCTL_RETURN_IF_ERROR(
       Positive("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds));
   ADCTL_RETURN_IF_ERROR(

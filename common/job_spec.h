@@ -250,6 +250,9 @@ struct JobSpec {
   int64_t GlobalBatch() const { return train.batch_size * train.grad_accum * resources.gpus; }
 };
 
+// The largest job spec (bytes) adctld takes.
+constexpr size_t kMaxSpecBytes = 1 << 20;
+
 // Parses YAML text, applies `overrides` ("train.lr=3e-4", dotted paths into the same tree)
 // and validates. Unknown keys are errors (a typo must not silently train with defaults).
 Result<JobSpec> ParseJobSpec(const std::string& yaml_text,
@@ -258,6 +261,13 @@ Result<JobSpec> LoadJobSpecFile(const std::string& path,
                                 const std::vector<std::string>& overrides = {});
 // Checks ranges and combinations; returns the first problem, naming the field.
 Status ValidateJobSpec(const JobSpec& spec);
+
+// The longest grace period (seconds) a spec, a cancel or a pause may give a job's ranks to
+// checkpoint and exit before SIGKILL: a day.
+constexpr double kMaxGraceSeconds = 86400;
+// InvalidArgument naming `field` unless `seconds` is a number in [0, kMaxGraceSeconds]
+// (NaN, infinity and 1e300 are refused, not wrapped into a negative int).
+Status CheckGraceSeconds(const std::string& field, double seconds);
 // Canonical YAML of a spec (every field, so a stored spec is self-contained).
 std::string JobSpecToYaml(const JobSpec& spec);
 

@@ -5,6 +5,7 @@
 // (server/http/http_server.h), and launches one adworker per rank. Stopping adctld
 // (SIGTERM/SIGINT) leaves running jobs running: a restarted adctld re-attaches them.
 #include <fcntl.h>
+#include <grp.h>
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -26,9 +28,11 @@
 #include <thread>
 #include <tuple>
 
+#include "common/data_dir_layout.h"
 #include "common/logging.h"
 #include "server/config/adctld_config.h"
 #include "server/grpc/job_service.h"
+#include "server/grpc/malformed_request.h"
 #include "server/grpc/reflection_service.h"
 #include "server/grpc/worker_service.h"
 #include "server/http/http_server.h"
@@ -38,6 +42,7 @@
 #include "server/metrics/job_metrics.h"
 #include "server/scheduler/device_inventory.h"
 #include "server/store/store.h"
+#include "server/supervisor/secrets.h"
 #include "server/supervisor/supervisor.h"
 
 namespace {
@@ -65,7 +70,7 @@ bool SplitHostPort(const std::string& address, std::string* host, int* port) {
 // ranks that outlive a killed adctld do not keep its successor out. Returns the fd, or -1 with
 // `error` naming the holder.
 int LockDataDir(const std::string& data_dir, std::string* error) {
-  const std::string path = data_dir + "/adctld.lock";
+  const std::string path = adctl::DataDirLayout(data_dir).lock();
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     *error = "--data-dir " + data_dir + ": cannot open " + path + ": " + strerror(errno);
@@ -136,6 +141,50 @@ bool IsLoopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
 }
 
+// The Unix socket (no tokens): adctld's user alone (0600), or with --socket-group its members
+// too (0660, the data directory 0710 so that they can reach the socket but list nothing).
+adctl::Status ShareSocket(const adctl::DataDirLayout& layout, const std::string& group_name) {
+  const std::string path = layout.socket();
+  if (group_name.empty()) {
+    if (chmod(path.c_str(), 0600) != 0) {
+      return adctl::Internal(path + ": cannot make it 0600: " + strerror(errno));
+    }
+    return adctl::Status::Ok();
+  }
+  const struct group* g = getgrnam(group_name.c_str());
+  if (g == nullptr)
+    return adctl::InvalidArgument("--socket-group " + group_name + ": no such group");
+  if (chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0 ||
+      chmod(path.c_str(), 0660) != 0 ||
+      chown(layout.root.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0 ||
+      chmod(layout.root.c_str(), 0710) != 0) {
+    return adctl::Internal("--socket-group " + group_name + ": cannot give " + path +
+                           " to the group: " + strerror(errno));
+  }
+  return adctl::Status::Ok();
+}
+
+// The owner token of the HTTP side (no tokens configured): <data-dir>/owner.token, made once
+// (0600) and kept across restarts, so a browser that stored it stays signed in.
+adctl::Result<std::string> OwnerToken(const adctl::DataDirLayout& layout) {
+  const std::string path = layout.owner_token();
+  {
+    std::ifstream in(path);
+    std::string token;
+    if (in && std::getline(in, token) && token.size() == 32) return token;
+  }
+  const std::string token = adctl::RandomHex(16);
+  const int fd = open((path + ".tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return adctl::Internal(path + ": cannot create: " + strerror(errno));
+  const std::string line = token + "\n";
+  const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  close(fd);
+  if (!written || rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    return adctl::Internal(path + ": cannot write: " + strerror(errno));
+  }
+  return token;
+}
+
 int PickFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -162,7 +211,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "adctld — the adctl coordinator: queues AnimateDiff training jobs, runs their "
       "adworker ranks, keeps state in SQLite"};
-  std::string listen = "127.0.0.1:50051";
+  std::string listen;  // "": 127.0.0.1:50051 with tokens, the Unix socket without
+  std::string socket_group;
   std::string http = "127.0.0.1:8080";
   std::string data_dir = "./adctl-data";
   std::string worker_binary;
@@ -188,8 +238,12 @@ int main(int argc, char** argv) {
   app.set_config("--config", "",
                  "adctld.yaml: the flags below as YAML keys (`slurm: {partition: gpu}` is "
                  "--slurm-partition gpu); command-line flags override it");
-  app.add_option("--listen", listen, "gRPC address host:port (port 0: a free port)")
-      ->capture_default_str();
+  app.add_option("--listen", listen,
+                 "gRPC address host:port (port 0: a free port; default 127.0.0.1:50051). TCP "
+                 "needs tokens: without them adctld serves gRPC only on <data-dir>/adctld.sock");
+  app.add_option("--socket-group", socket_group,
+                 "without tokens: members of this group may use <data-dir>/adctld.sock too "
+                 "(0660; else 0600, adctld's user alone)");
   app.add_option("--http", http,
                  "HTTP address for /metrics, /healthz and the JSON API "
                  "(port 0: a free port; empty: off)")
@@ -231,7 +285,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokens-file", tokens_file,
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
-                 "neither, adctld listens on loopback only");
+                 "neither, gRPC is served only on <data-dir>/adctld.sock and HTTP's JSON API "
+                 "needs the token in <data-dir>/owner.token");
   app.add_option("--tls-cert", tls_cert,
                  "PEM certificate: serve gRPC and HTTP over TLS (with --tls-key)");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
@@ -337,28 +392,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::string host;
-  int port = 0;
-  if (!SplitHostPort(listen, &host, &port)) {
-    spdlog::error("--listen {}: expected host:port", listen);
-    return 2;
-  }
-  if (!access.enabled() && !IsLoopback(host)) {
-    spdlog::warn(
-        "--listen {}: no tokens configured (--tokens-file or ADCTLD_TOKEN), so only "
-        "loopback: listening on 127.0.0.1",
-        listen);
-    host = "127.0.0.1";
-  }
-  if (port == 0) port = PickFreePort();
-  listen = host + ":" + std::to_string(port);
-  if (advertise.empty()) {
-    advertise = (host == "0.0.0.0" || host == "[::]" || host.empty() ? "127.0.0.1" : host) + ":" +
-                std::to_string(port);
-  }
-
   std::error_code ec;
-  std::filesystem::create_directories(data_dir + "/jobs", ec);
+  std::filesystem::create_directories(adctl::DataDirLayout(data_dir).jobs(), ec);
   if (ec) {
     spdlog::error("--data-dir {}: {}", data_dir, ec.message());
     return 1;
@@ -373,6 +408,50 @@ int main(int argc, char** argv) {
   if (lock_fd < 0) {
     spdlog::error("{}", lock_error);
     return 1;
+  }
+  const adctl::DataDirLayout layout(data_dir);
+
+  // Where gRPC is served. Tokens: TCP (--listen). None: only the Unix socket in the data
+  // directory, which only adctld's user (and --socket-group) may open; TCP is reachable by
+  // every account on the machine, and without tokens anyone reaching it acts as adctld's user.
+  const bool open_access = !access.enabled();
+  if (open_access) {
+    if (!listen.empty() || !advertise.empty()) {
+      spdlog::warn(
+          "{}{}: TCP needs tokens (--tokens-file or ADCTLD_TOKEN); without them gRPC is served "
+          "only on {}",
+          listen.empty() ? "" : "--listen " + listen, advertise.empty() ? "" : " --advertise",
+          layout.socket());
+    }
+    ::unlink(layout.socket().c_str());  // a stale socket of an earlier adctld (we hold the lock)
+    listen = layout.socket_target();
+    advertise = listen;
+  } else {
+    if (listen.empty()) listen = "127.0.0.1:50051";
+    std::string host;
+    int port = 0;
+    if (!SplitHostPort(listen, &host, &port)) {
+      spdlog::error("--listen {}: expected host:port", listen);
+      return 2;
+    }
+    if (port == 0) port = PickFreePort();
+    listen = host + ":" + std::to_string(port);
+    if (advertise.empty()) {
+      advertise = (host == "0.0.0.0" || host == "[::]" || host.empty() ? "127.0.0.1" : host) + ":" +
+                  std::to_string(port);
+    }
+    if (!socket_group.empty()) spdlog::warn("--socket-group: unused (tokens: gRPC is on TCP)");
+  }
+  // Run as root with no path roots, a job could name any file on the machine: its inputs and
+  // outputs default to the data directory (README "Access"); --read-root/--write-root widen it.
+  if (geteuid() == 0 && path_roots.read.empty() && path_roots.write.empty()) {
+    path_roots.read = {data_dir};
+    path_roots.write = {data_dir};
+    spdlog::warn(
+        "running as root without --read-root/--write-root: jobs may read and write only inside "
+        "{} (never in another job's folder); name the folders jobs may use with --read-root and "
+        "--write-root",
+        data_dir);
   }
 
   auto worker = adctl::ResolveWorkerBinary(worker_binary);
@@ -392,7 +471,7 @@ int main(int argc, char** argv) {
                  gpus.ok() ? "NVML lists none" : gpus.status().message());
   }
 
-  auto store = adctl::Store::Open(data_dir + "/adctl.db");
+  auto store = adctl::Store::Open(layout.database());
   if (!store.ok()) {
     spdlog::error("{}", store.status().ToString());
     return 1;
@@ -424,6 +503,7 @@ int main(int argc, char** argv) {
   options.coordinator_address = advertise;
   options.devices = devices;
   options.restart_backoff_seconds = restart_backoff;
+  options.metrics_max_points = metrics_max_points;
   options.paths = path_roots;
   if (!tls_cert.empty()) options.tls_ca = tls_ca.empty() ? tls_cert : tls_ca;
   options.default_launcher = default_launcher;
@@ -439,7 +519,7 @@ int main(int argc, char** argv) {
   adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, &access);
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
   std::shared_ptr<grpc::ServerCredentials> server_credentials = grpc::InsecureServerCredentials();
-  if (!tls_cert.empty()) {
+  if (!tls_cert.empty() && !open_access) {
     grpc::SslServerCredentialsOptions ssl(
         tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                               : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -454,6 +534,7 @@ int main(int argc, char** argv) {
   // Requests are small (a spec is at most 1 MiB); answers stream artifacts in 1 MiB chunks.
   builder.SetMaxReceiveMessageSize(4 << 20);
   builder.SetMaxSendMessageSize(16 << 20);
+  builder.experimental().SetInterceptorCreators(adctl::MalformedRequestInterceptors());
   int bound_port = 0;
   builder.AddListeningPort(listen, server_credentials, &bound_port);
   builder.RegisterService(&job_service);
@@ -473,10 +554,38 @@ int main(int argc, char** argv) {
         listen);
     return 1;
   }
+  if (open_access) {
+    adctl::Status shared = ShareSocket(layout, socket_group);
+    if (!shared.ok()) {
+      spdlog::error("{}", shared.message());
+      return 2;
+    }
+  }
 
-  adctl::HttpServer http_server(&supervisor.jobs(), &queries, &metrics,
-                                adctl::HttpOptions{static_dir, &access, metrics_auth == "token",
-                                                   tls_cert, tls_key, tls_client_ca});
+  // HTTP is TCP: without tokens configured, its JSON API needs the owner token adctld keeps
+  // in <data-dir>/owner.token (the page asks for it once); /metrics and /healthz stay open
+  // unless --metrics-auth token.
+  adctl::AccessPolicy http_access = access;
+  if (open_access) {
+    auto owner = OwnerToken(layout);
+    if (!owner.ok()) {
+      spdlog::error("{}", owner.status().message());
+      return 1;
+    }
+    adctl::Status added = http_access.AddPlainToken("owner", adctl::Role::kAdmin, owner.value());
+    if (!added.ok()) {
+      spdlog::error("{}", added.message());
+      return 1;
+    }
+  }
+  adctl::HttpOptions http_options;
+  http_options.static_dir = static_dir;
+  http_options.access = &http_access;
+  http_options.metrics_need_token = metrics_auth == "token";
+  http_options.tls_cert = tls_cert;
+  http_options.tls_key = tls_key;
+  http_options.tls_client_ca = tls_client_ca;
+  adctl::HttpServer http_server(&supervisor.jobs(), &queries, &metrics, http_options);
   std::string http_address;
   if (!http.empty()) {
     std::string http_host;
@@ -485,7 +594,7 @@ int main(int argc, char** argv) {
       spdlog::error("--http {}: expected host:port", http);
       return 2;
     }
-    if (!access.enabled() && !IsLoopback(http_host)) {
+    if (open_access && !IsLoopback(http_host)) {
       spdlog::warn("--http {}: no tokens configured, so only loopback: listening on 127.0.0.1",
                    http);
       http_host = "127.0.0.1";
@@ -509,19 +618,26 @@ int main(int argc, char** argv) {
                          {"http", http_address},
                          {"pid", getpid()},
                          {"data_dir", data_dir},
-                         {"worker_binary", options.worker_binary}};
+                         {"worker_binary", options.worker_binary},
+                         {"tls", !tls_cert.empty() && !open_access},
+                         {"tokens", !open_access}};
   {
-    std::ofstream out(data_dir + "/adctld.json.tmp");
+    std::ofstream out(layout.info() + ".tmp");
     out << info.dump(2) << "\n";
   }
-  std::filesystem::rename(data_dir + "/adctld.json.tmp", data_dir + "/adctld.json", ec);
+  std::filesystem::rename(layout.info() + ".tmp", layout.info(), ec);
 
   std::string unit = devices[0].kind == "gpu" ? "GPU(s)" : "CPU slot(s)";
-  spdlog::info("adctld listening: gRPC {} HTTP {}; {} {}; data {}; worker {}; access: {}", listen,
-               http_address.empty() ? "off" : http_address, devices.size(), unit, data_dir,
-               options.worker_binary,
-               access.enabled() ? std::to_string(access.size()) + " token(s)"
-                                : std::string("open to local users (no tokens; loopback only)"));
+  spdlog::info(
+      "adctld listening: gRPC {} HTTP {}; {} {}; data {}; worker {}; access: {}", listen,
+      http_address.empty() ? "off" : http_address, devices.size(), unit, data_dir,
+      options.worker_binary,
+      access.enabled()
+          ? std::to_string(access.size()) + " token(s)"
+          : "no tokens: gRPC on the Unix socket only" +
+                (socket_group.empty() ? std::string(" (adctld's user)")
+                                      : " (adctld's user and group " + socket_group + ")") +
+                ", HTTP's JSON API with the token in " + layout.owner_token());
 
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);

@@ -81,7 +81,16 @@ class JsonlReporter : public Reporter {
   std::ofstream out_;
 };
 
-void OnSigterm(int) { g_stop.store(true); }  // only sets the flag; the loop does the rest
+// Set by the trainer (or preprocess) once its loop watches g_stop.
+std::atomic<bool> g_stop_watched{false};
+
+// Once the loop runs, only sets the flag: the loop checkpoints and exits. Before it (loading,
+// the rendezvous), nothing is worth a grace period: the rank ends now (_exit is
+// async-signal-safe), its devices free, and the last committed checkpoint stands.
+void OnSigterm(int) {
+  g_stop.store(true);
+  if (!g_stop_watched.load()) _exit(kExitStopped);
+}
 
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -155,6 +164,7 @@ int Train(const TrainArgs& a) {
   o.reporter = reporter.get();
   o.store = client;  // nullptr: a directory store under the job directory
   o.stop_flag = &g_stop;
+  o.stop_watched = &g_stop_watched;
   spdlog::info("rank {}/{} job {} attempt {} dir {}", o.rank, o.world_size, job_id, o.attempt,
                o.job_dir);
   const int rc = o.spec.kind == JobKind::kPreprocess ? RunPreprocess(o) : RunTrainer(o);

@@ -63,13 +63,6 @@ static grpc::Status JobReply(const Result<JobRecord>& job, v1::Job* resp) {
   return grpc::Status::OK;
 }
 
-// Cancel and Pause: an optional grace period, >= 0.
-static Result<std::optional<double>> GracePeriod(bool has_grace, double grace_seconds) {
-  if (!has_grace) return std::optional<double>();
-  if (grace_seconds < 0) return InvalidArgument("grace_seconds: must be >= 0");
-  return std::optional<double>(grace_seconds);
-}
-
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
   ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
@@ -119,18 +112,19 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
                                        v1::Job* resp) {
   ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
-  auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
-  if (!grace.ok()) return ToGrpcStatus(grace.status());
-  return JobReply(jobs_->Cancel(req->job_id(), *grace, req->force()), resp);
+  // The grace period's range is JobManager's (the HTTP side's too).
+  std::optional<double> grace;
+  if (req->has_grace_seconds()) grace = req->grace_seconds();
+  return JobReply(jobs_->Cancel(req->job_id(), grace, req->force()), resp);
 }
 
 grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJobRequest* req,
                                       v1::Job* resp) {
   ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
-  auto grace = GracePeriod(req->has_grace_seconds(), req->grace_seconds());
-  if (!grace.ok()) return ToGrpcStatus(grace.status());
-  return JobReply(jobs_->Pause(req->job_id(), *grace), resp);
+  std::optional<double> grace;
+  if (req->has_grace_seconds()) grace = req->grace_seconds();
+  return JobReply(jobs_->Pause(req->job_id(), grace), resp);
 }
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
@@ -178,6 +172,8 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
       if (!writer->Write(u)) return grpc::Status::OK;
       last_snapshot = snapshot;
     }
+    // A full batch: more points wait behind the cursor, sent before the stream ends.
+    if (batch->metrics.size() >= static_cast<size_t>(kMaxWatchBatchPoints)) continue;
     if (IsTerminal(batch->job.job.state)) return grpc::Status::OK;
     queries_->WaitForChange(&version, 1000);
   }

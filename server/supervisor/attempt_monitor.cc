@@ -12,6 +12,7 @@
 #include "common/job_spec.h"
 #include "server/scheduler/scheduler.h"
 #include "server/supervisor/launch_plan.h"
+#include "server/supervisor/path_policy.h"
 #include "server/supervisor/secrets.h"
 
 extern char** environ;
@@ -157,22 +158,30 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
                                     bool is_restart) {
   const int attempt = job.attempt + 1;
   const double now = clock_->Now();
-  Launcher* const launcher = LauncherFor(job.launcher);
-  if (launcher == nullptr) {
+  // A launch that cannot be made fails the job (not retried: it would fail the same way).
+  auto fail = [&](const std::string& message) {
     TransitionChanges end;
     end.devices = std::vector<std::string>{};
-    const std::string message = "resources.launcher " + job.launcher +
-                                ": this adctld has no such launcher (start it with --slurm)";
     if (job.state != JobState::kStarting) {
       recorder_->Transition(job.id, JobState::kStarting, message, {});
     }
     recorder_->Transition(job.id, JobState::kFailed, message, end);
     return FailedPrecondition(message);
+  };
+  Launcher* const launcher = LauncherFor(job.launcher);
+  if (launcher == nullptr) {
+    return fail("resources.launcher " + job.launcher +
+                ": this adctld has no such launcher (start it with --slurm)");
   }
   // The store's spec is the one copy; the rank reads this file, written from it, without the
   // launcher's fields (ClearLauncherFields).
   auto parsed = recorder_->specs().Get(job);
   if (!parsed.ok()) return parsed.status();
+  // The paths again, where they are used: a folder swapped for a symlink since the submit (into
+  // another job's folder, out of --write-root), or a checkpoint.dir another live job took since.
+  Status paths = CheckSpecPaths(*parsed.value(), options_.data_dir, options_.paths);
+  if (paths.ok()) paths = CheckCheckpointDirFree(store_, job.checkpoint_dir, job.id);
+  if (!paths.ok()) return fail("launch refused: " + paths.message());
   const ResourceSpec& resources = parsed.value()->resources;
   JobSpec rank_spec = *parsed.value();
   ClearLauncherFields(&rank_spec.resources);

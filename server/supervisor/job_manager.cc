@@ -87,6 +87,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   if (request.priority) spec.resources.priority = *request.priority;
   ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
   ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
+  ADCTL_RETURN_IF_ERROR(CheckCheckpointDirFree(store_, spec.checkpoint.dir, ""));
   auto launcher = ChooseLauncher(spec.resources);
   if (!launcher.ok()) return launcher.status();
   // Slurm places the ranks: only local jobs are bounded by this host's devices.
@@ -156,6 +157,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
 
 Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<double> grace,
                                      bool force) {
+  if (grace) ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("grace_seconds", *grace));
   return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
     if (!job.ok()) return job.status();
@@ -194,6 +196,7 @@ Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<do
 }
 
 Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<double> grace) {
+  if (grace) ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("grace_seconds", *grace));
   return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
     if (!job.ok()) return job.status();

@@ -30,6 +30,10 @@ std::string List(const std::vector<std::string>& roots) {
 }
 
 Status NeedAbsolute(const std::string& field, const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    // The C library would stop at it: the checked path and the one used would differ.
+    return InvalidArgument(field + ": the path has a NUL byte");
+  }
   if (!path.empty() && path.front() == '/') return Status::Ok();
   return InvalidArgument(field + ": '" + path.substr(0, 200) +
                          "' must be an absolute path (a relative one would be read against "
@@ -86,6 +90,27 @@ Status CheckSpecPaths(const JobSpec& spec, const std::string& data_dir, const Pa
           field + ": '" + path.substr(0, 200) +
           "' is outside the folders adctld may write (--write-root: " + List(roots.write) + ")");
     }
+  }
+  return Status::Ok();
+}
+
+bool SameFolder(const std::string& a, const std::string& b) {
+  return !a.empty() && !b.empty() && Resolved(a) == Resolved(b);
+}
+
+Status CheckCheckpointDirFree(Store* store, const std::string& checkpoint_dir,
+                              const std::string& job_id) {
+  if (checkpoint_dir.empty()) return Status::Ok();
+  auto live = store->ListActiveJobs();
+  if (!live.ok()) return live.status();
+  for (const JobRecord& other : live.value()) {
+    if (other.id == job_id || !SameFolder(other.checkpoint_dir, checkpoint_dir)) continue;
+    return FailedPrecondition(
+        "checkpoint.dir: '" + checkpoint_dir.substr(0, 200) + "' is the checkpoint folder of job " +
+        other.id + " (" + JobStateName(other.state) +
+        "); two live jobs cannot share one (the second would resume from the first's weights "
+        "and delete its checkpoints): name another folder, or wait until " +
+        other.id + " ends");
   }
   return Status::Ok();
 }

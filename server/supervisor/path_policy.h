@@ -13,6 +13,7 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "server/store/store.h"
 
 namespace adctl {
 
@@ -21,6 +22,17 @@ struct PathRoots {
   std::vector<std::string> write;  // empty: outputs anywhere outside adctld's data directory
 };
 
+// Checked at submit and again at each launch (a folder swapped for a symlink since the submit
+// fails the launch, naming the field). A NUL byte in a path is refused.
 Status CheckSpecPaths(const JobSpec& spec, const std::string& data_dir, const PathRoots& roots);
+
+// Whether two paths name the same folder once their existing parts' symlinks are resolved.
+bool SameFolder(const std::string& a, const std::string& b);
+
+// FailedPrecondition when another live (not ended) job than `job_id` has `checkpoint_dir` as
+// its checkpoint.dir: the second would resume from the first's weights and its retention would
+// delete the first's checkpoints. Checked at submit and at each launch.
+Status CheckCheckpointDirFree(Store* store, const std::string& checkpoint_dir,
+                              const std::string& job_id);
 
 }  // namespace adctl

@@ -1,6 +1,7 @@
 #include "common/fs_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -72,6 +73,35 @@ TEST_F(RemoveTreeTest, AnEntryThatCannotBeRemovedIsAnErrorNamingIt) {
   EXPECT_NE(removed.status().message().find("cannot remove /proc/self/fdinfo/"), std::string::npos)
       << removed.status().ToString();
   EXPECT_TRUE(fs::exists("/proc/self/fdinfo/0"));
+}
+
+}  // namespace
+}  // namespace adctl
+
+namespace adctl {
+namespace {
+
+// A job's custom checkpoint or cache folder is its owner's alone, as the data directory is.
+TEST(MakePrivateDirectoriesTest, CreatesMissingFoldersOwnerOnlyAndKeepsExistingOnes) {
+  char tmpl[] = "/tmp/adctl-private-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  ::chmod(root.c_str(), 0755);
+  ASSERT_TRUE(MakePrivateDirectories(root + "/a/b/c").ok());
+  for (const std::string& made : {root + "/a", root + "/a/b", root + "/a/b/c"}) {
+    struct stat s;
+    ASSERT_EQ(::stat(made.c_str(), &s), 0) << made;
+    EXPECT_EQ(s.st_mode & 0777, 0700u) << made;
+  }
+  struct stat existing;
+  ASSERT_EQ(::stat(root.c_str(), &existing), 0);
+  EXPECT_EQ(existing.st_mode & 0777, 0755u) << "an existing folder keeps its mode";
+  EXPECT_TRUE(MakePrivateDirectories(root + "/a/b/c").ok()) << "already there";
+  std::ofstream(root + "/file") << "x";
+  Status blocked = MakePrivateDirectories(root + "/file/sub");
+  EXPECT_FALSE(blocked.ok());
+  EXPECT_NE(blocked.message().find(root + "/file"), std::string::npos) << blocked.message();
+  (void)RemoveTree(root);
 }
 
 }  // namespace

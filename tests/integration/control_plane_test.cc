@@ -2,6 +2,8 @@
 // binary, the real adworker training a tiny preset model on synthetic data.
 //
 // Each test is short (a few tiny steps); they share nothing, so ctest may run them in parallel.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <signal.h>
 
@@ -139,6 +141,11 @@ TEST_F(ControlPlaneTest, PauseThenResumeContinuesFromTheCheckpointStep) {
   EXPECT_GE(ckpt, 2) << paused.dump(2);
   EXPECT_LT(ckpt, 12);
   ExpectNoRankProcess(paused);
+  // `wait` on a paused job returns (exit 6) instead of hanging a pipeline, with or without a
+  // timeout.
+  CommandResult waited = c.Adctl({"wait", id, "--timeout", "0"});
+  EXPECT_EQ(waited.exit_code, 6) << waited.out << waited.err;
+  EXPECT_NE(waited.out.find("adctl resume " + id), std::string::npos) << waited.out;
   ASSERT_EQ(c.Adctl({"resume", id}).exit_code, 0);
   EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "240"}).exit_code, 0);
   auto done = c.Describe(id);
@@ -231,7 +238,11 @@ TEST_F(ControlPlaneTest, CoordinatorKilledMidJobReattachesAndLosesNothing) {
 }
 
 TEST_F(ControlPlaneTest, CoordinatorRestartedOnAnotherAddressIsFoundByItsRanks) {
-  Coordinator& c = *coordinator_;
+  // With tokens, gRPC is on TCP and a restart on port 0 moves it (tokenless, it is always the
+  // data directory's socket).
+  coordinator_.reset();
+  Coordinator c(2, "s3cret-moved");
+  c.Start();
   std::string id = c.Submit(c.WriteSpec("moved", TinySpec(40)));
   c.WaitUntil(
       id, [](const nlohmann::json& j) { return Step(j) >= 2; }, 240, "step 2");
@@ -278,6 +289,31 @@ TEST_F(ControlPlaneTest, MalformedSpecsAndUnknownIdsGetClearErrors) {
   EXPECT_NE(relative.err.find("must be an absolute path"), std::string::npos) << relative.err;
   auto missing_file = c.Adctl({"submit", c.dir() + "/nope.yaml"});
   EXPECT_EQ(missing_file.exit_code, 2);
+  // A 10 MB spec: refused by the CLI before the call, naming the limit (a message that large
+  // would otherwise fail in gRPC with no word about the spec).
+  const std::string huge = c.WriteSpec("huge", TinySpec(4) + "# " + std::string(10 << 20, 'x'));
+  auto too_large = c.Adctl({"submit", huge});
+  EXPECT_EQ(too_large.exit_code, 2);
+  EXPECT_NE(too_large.err.find("more than the 1048576 a job spec may have"), std::string::npos)
+      << too_large.err;
+
+  // A request whose bytes are not the method's message: INVALID_ARGUMENT, saying so.
+  grpc::GenericStub stub(grpc::CreateChannel(c.grpc_address(), grpc::InsecureChannelCredentials()));
+  for (const std::string method : {"/adctl.v1.JobService/GetJob", "/adctl.v1.JobService/WatchJob",
+                                   "/adctl.v1.WorkerService/ReportMetrics"}) {
+    grpc::ClientContext ctx;
+    const std::string garbage = "\xff\xff\xff\xff\x0f";
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1), response;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status st) { done.set_value(st); });
+    const grpc::Status st = done.get_future().get();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find("not a valid message of " + method), std::string::npos)
+        << st.error_message();
+  }
   for (const std::vector<std::string>& verb : std::vector<std::vector<std::string>>{
            {"describe"}, {"cancel"}, {"pause"}, {"resume"}, {"wait"}, {"logs"}, {"ckpt", "ls"}}) {
     std::vector<std::string> args = verb;
@@ -298,11 +334,17 @@ TEST_F(ControlPlaneTest, OneAdctldPerDataDirectoryAndPort) {
   EXPECT_EQ(same_dir.exit_code, 1);
   EXPECT_NE(same_dir.err.find("another adctld"), std::string::npos) << same_dir.err;
   EXPECT_NE(same_dir.err.find(c.dir() + "/data"), std::string::npos) << same_dir.err;
-  // Another directory on the first one's gRPC or HTTP port: refused, naming the flag.
-  auto same_port = c.Run(AdctldPath(), {"--data-dir", other, "--listen", c.grpc_address(), "--http",
-                                        "127.0.0.1:0", "--cpu-slots", "1"});
+  // Another directory on the first one's gRPC or HTTP port: refused, naming the flag (gRPC is
+  // on TCP only with tokens).
+  Coordinator tcp(1, "s3cret-port");
+  tcp.Start();
+  c.SetClientEnv({"ADCTLD_TOKEN=another-token"});
+  auto same_port = c.Run(AdctldPath(), {"--data-dir", other, "--listen", tcp.grpc_address(),
+                                        "--http", "127.0.0.1:0", "--cpu-slots", "1"});
+  c.SetClientEnv({});
   EXPECT_EQ(same_port.exit_code, 1);
-  EXPECT_NE(same_port.err.find("--listen " + c.grpc_address()), std::string::npos) << same_port.err;
+  EXPECT_NE(same_port.err.find("--listen " + tcp.grpc_address()), std::string::npos)
+      << same_port.err;
   auto same_http = c.Run(AdctldPath(), {"--data-dir", other, "--listen", "127.0.0.1:0", "--http",
                                         c.http_address(), "--cpu-slots", "1"});
   EXPECT_EQ(same_http.exit_code, 1);
@@ -329,6 +371,47 @@ TEST_F(ControlPlaneTest, ASecondLocalUserCannotReadTheStateOrTheJobs) {
   EXPECT_NE(jobs.exit_code, 0);
 }
 
+// Without tokens nothing on TCP lets another account act as adctld's user: gRPC is only the
+// data directory's socket (owner only), `--listen` opens no port, and the HTTP JSON API wants
+// the owner token kept in the data directory.
+TEST_F(ControlPlaneTest, WithoutTokensOnlyTheOwnerCanAct) {
+  Coordinator& c = *coordinator_;
+  const std::string data = c.dir() + "/data";
+  EXPECT_EQ(c.grpc_address(), "unix:" + data + "/adctld.sock");
+  EXPECT_EQ(fs::status(data + "/adctld.sock").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(data + "/owner.token").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  // The harness passed --listen 127.0.0.1:0: nothing serves gRPC on TCP.
+  std::ifstream info_file(data + "/adctld.json");
+  const auto info = nlohmann::json::parse(info_file, nullptr, false);
+  EXPECT_EQ(info.value("grpc", ""), c.grpc_address());
+  EXPECT_FALSE(info.value("tokens", true));
+  EXPECT_NE(ReadFile(c.dir() + "/adctld.log").find("TCP needs tokens"), std::string::npos);
+  // The JSON API without the owner token: 401; /metrics and /healthz stay open.
+  EXPECT_EQ(c.HttpWithAuthorization("GET", "/api/v1/jobs", "").status, 401);
+  EXPECT_EQ(c.HttpWithAuthorization("POST", "/api/v1/jobs/j-1/cancel", "", "{}").status, 401);
+  EXPECT_EQ(c.HttpWithAuthorization("GET", "/healthz", "").status, 200);
+  EXPECT_EQ(c.Http("GET", "/api/v1/jobs").status, 200);
+  // The CLI finds the socket through ADCTL_DATA_DIR.
+  auto found = c.Run(AdctlPath(), {"gpus"});
+  EXPECT_NE(found.exit_code, 0) << "no adctld at the default address";
+  c.SetClientEnv({"ADCTL_DATA_DIR=" + data});
+  found = c.Run(AdctlPath(), {"gpus"});
+  c.SetClientEnv({});
+  EXPECT_EQ(found.exit_code, 0) << found.err;
+  if (getuid() != 0 || system("command -v runuser > /dev/null") != 0) {
+    GTEST_SKIP() << "needs root and runuser to act as another user";
+  }
+  // Another account reaches neither the socket nor the API.
+  fs::permissions(c.dir(), fs::perms::others_exec, fs::perm_options::add);
+  auto other = c.Run("/usr/sbin/runuser",
+                     {"-u", "nobody", "--", AdctlPath(), "--server", c.grpc_address(), "ls"});
+  EXPECT_EQ(other.exit_code, 5) << other.out << other.err;
+  auto token = c.Run("/usr/sbin/runuser", {"-u", "nobody", "--", "cat", data + "/owner.token"});
+  EXPECT_NE(token.exit_code, 0);
+}
+
 TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
   Coordinator& c = *coordinator_;
   c.Stop();
@@ -348,7 +431,10 @@ TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
 }
 
 TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
-  Coordinator& c = *coordinator_;
+  // TLS guards TCP, which needs tokens (tokenless, gRPC is a Unix socket).
+  coordinator_.reset();
+  Coordinator c(1, "s3cret-tls");
+  c.Start();
   // A CA and a certificate for 127.0.0.1 signed by it, made here with openssl.
   const std::string d = c.dir() + "/tls";
   fs::create_directories(d);

@@ -65,12 +65,15 @@ class Coordinator {
   // `method` GET or POST on the HTTP address, with this coordinator's token when it has one.
   HttpReply Http(const std::string& method, const std::string& path,
                  const std::string& body = "") const;
+  // The token Http() sends: this coordinator's, else adctld's owner token (no tokens).
+  std::string HttpToken() const;
   // The same with exactly this Authorization header ("": none).
   HttpReply HttpWithAuthorization(const std::string& method, const std::string& path,
                                   const std::string& authorization,
                                   const std::string& body = "") const;
 
   const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }  // adctld's, while it runs
   const std::string& grpc_address() const { return grpc_; }
   const std::string& http_address() const { return http_; }
 

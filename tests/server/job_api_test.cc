@@ -3,8 +3,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "proto/grpc_status.h"
@@ -176,6 +178,36 @@ TEST_F(JobApiTest, ErrorsUseTheRightCodeAndNameTheField) {
   st = stub_->ResumeJob(Ctx().get(), resume, &job);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(st.error_message().find("only PAUSED"), std::string::npos);
+}
+
+// A grace period is a number of seconds in [0, a day]: NaN, infinity and 1e300 are refused
+// naming the field (they were taken, shown as -2147483648 s, and the ranks never killed).
+TEST_F(JobApiTest, GracePeriodsOutsideADayAreRefused) {
+  v1::SubmitJobRequest submit;
+  v1::SubmitJobResponse submitted;
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
+  ASSERT_TRUE(stub_->SubmitJob(Ctx().get(), submit, &submitted).ok());
+  for (double grace :
+       {std::nan(""), std::numeric_limits<double>::infinity(), 1e300, -1.0, 86400.5}) {
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(submitted.job().id());
+    cancel.set_grace_seconds(grace);
+    v1::Job job;
+    grpc::Status st = stub_->CancelJob(Ctx().get(), cancel, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << grace;
+    EXPECT_NE(st.error_message().find("grace_seconds: must be"), std::string::npos)
+        << st.error_message();
+    v1::PauseJobRequest pause;
+    pause.set_job_id(submitted.job().id());
+    pause.set_grace_seconds(grace);
+    st = stub_->PauseJob(Ctx().get(), pause, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << grace;
+  }
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\nresources: {grace_seconds: .nan}\n");
+  grpc::Status st = stub_->SubmitJob(Ctx().get(), submit, &submitted);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("resources.grace_seconds"), std::string::npos)
+      << st.error_message();
 }
 
 TEST_F(JobApiTest, ListPagesAndFiltersByState) {

@@ -157,6 +157,46 @@ TEST_F(SupervisorTest, PauseThenResumeStartsANewAttempt) {
   EXPECT_TRUE(NoProcessLeft(id));
 }
 
+// A checkpoint.dir is checked at submit and again where it is used: two live jobs never share
+// one, and a folder swapped for a symlink into a job's folder after the submit fails the launch
+// (it was followed into another job's weights and deleted its checkpoints). A NUL byte in a
+// path is refused (the checked path and the one the C library would use differ).
+TEST_F(SupervisorTest, CheckpointFoldersAreCheckedAtSubmitAndAgainAtLaunch) {
+  const std::string mine = dir_ + "/outputs/a";
+  const std::string spec = Spec("sleep", 1) + "checkpoint: {dir: " + mine + "}\n";
+  std::string a = Submit(spec);
+  WaitFor(a, JobState::kStarting);
+  SubmitRequest second;
+  second.spec_yaml = spec;
+  auto shared = supervisor_->jobs().Submit(second);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_EQ(shared.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(shared.status().message().find("is the checkpoint folder of job " + a),
+            std::string::npos)
+      << shared.status().message();
+
+  ASSERT_TRUE(supervisor_->jobs().Pause(a, std::nullopt).ok());
+  WaitFor(a, JobState::kPaused);
+  EXPECT_FALSE(supervisor_->jobs().Submit(second).ok()) << "a paused job is still live";
+  // The folder becomes a symlink into a job's folder while the job is paused.
+  std::filesystem::remove_all(mine);
+  std::filesystem::create_directories(dir_ + "/outputs");
+  std::filesystem::create_directory_symlink(dir_ + "/jobs/" + a, mine);
+  ASSERT_TRUE(supervisor_->jobs().Resume(a, std::nullopt).ok());
+  JobRecord failed = WaitFor(a, JobState::kFailed);
+  EXPECT_NE(failed.message.find("launch refused: checkpoint.dir"), std::string::npos)
+      << failed.message;
+  EXPECT_EQ(failed.attempt, 1) << "no rank was started on the swapped folder";
+
+  SubmitRequest nul;
+  nul.spec_yaml = Spec("nul", 1) + "checkpoint: {dir: \"" + dir_ + "/x\\0y\"}\n";
+  auto refused = supervisor_->jobs().Submit(nul);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("checkpoint.dir: the path has a NUL byte"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 TEST_F(SupervisorTest, ResumeOnADifferentRankCountKeepsTheGlobalBatch) {
   supervisor_.reset();
   StartSupervisor(4);

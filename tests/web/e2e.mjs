@@ -109,6 +109,10 @@ async function main() {
 
   browser = await chromium.launch({ executablePath: chromiumPath, headless: true });
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  // Without tokens adctld's JSON API takes the owner token in its data directory; the page keeps
+  // a token in localStorage (a person pastes it once into the token dialog).
+  const ownerToken = fs.readFileSync(path.join(dataDir, "owner.token"), "utf8").trim();
+  await page.addInitScript((t) => localStorage.setItem("adctl.token", t), ownerToken);
   page.on("pageerror", (e) => log("page error:", e.message));
   await page.goto(`${base}/`);
 
@@ -151,7 +155,7 @@ async function main() {
   await page.waitForFunction(() => /step \d+/.test(document.querySelector("#log")?.textContent ?? ""), null, {
     timeout: 30_000,
   });
-  const job = await (await fetch(`${base}/api/v1/jobs/${jobId}`)).json();
+  const job = await (await fetch(`${base}/api/v1/jobs/${jobId}`, { headers: { Authorization: `Bearer ${ownerToken}` } })).json();
   if (job.state !== "JOB_STATE_CANCELLED") throw new Error(`API says ${job.state}`);
 
   const shot = path.join(outDir, "web_e2e.png");

@@ -2,6 +2,7 @@
 // equal 1 rank with batch 2b — same losses and same motion-module weights after K steps.
 // Ranks rendezvous through the directory store under the job directory (no coordinator).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +131,18 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
   // A tenth of one AdamW step (lr 1e-3): Adam's m/√v normalisation magnifies the float rounding
   // of near-zero gradients summed in another order, so bitwise equality is not expected.
   EXPECT_LT(worst, 1e-4) << worst_key;
+}
+
+// SIGTERM before the training loop (here: waiting at the rendezvous for a rank that never
+// comes) ends the rank at once with kExitStopped, instead of holding its device for the grace
+// period adctld gives a training rank to checkpoint.
+TEST_F(DataParallelTest, ARankStoppedDuringStartUpExitsAtOnce) {
+  const pid_t r0 = Spawn(Args("startup", 0, 2), Log("startup"));
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(r0, SIGTERM), 0);
+  EXPECT_EQ(WaitFor(r0, std::chrono::seconds(30)), kExitStopped);
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, std::chrono::seconds(2));
 }
 
 TEST_F(DataParallelTest, ARankThatNeverComesFailsTheRendezvousInTime) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/fs_util.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/worker_contract.h"
@@ -258,11 +259,9 @@ class Preprocess {
 
   // Refuses a cache made with other settings; rank 0 records the settings of a new one.
   std::optional<Failure> CheckExistingCache() {
-    std::error_code ec;
-    fs::create_directories(fs::path(out_) / kCacheShardDir, ec);
-    if (ec) {
-      return Failure{kExitDataError,
-                     "preprocess.output: cannot create " + out_ + ": " + ec.message()};
+    if (Status made = MakePrivateDirectories((fs::path(out_) / kCacheShardDir).string());
+        !made.ok()) {
+      return Failure{kExitDataError, "preprocess.output: " + made.message()};
     }
     const fs::path settings_path = fs::path(out_) / "settings.json";
     if (fs::exists(settings_path)) {
@@ -288,6 +287,7 @@ class Preprocess {
       }
     } else if (o_.rank == 0) {
       std::ofstream(settings_path.string() + ".tmp") << settings_.dump(2) << "\n";
+      std::error_code ec;
       fs::rename(settings_path.string() + ".tmp", settings_path, ec);
       if (ec) return Failure{kExitDataError, settings_path.string() + ": " + ec.message()};
     }
@@ -466,6 +466,7 @@ class Preprocess {
         todo.push_back(s);
       }
     }
+    if (o_.stop_watched != nullptr) o_.stop_watched->store(true);
     reporter_.OnTrainingStarted(done, mine);
     if (done > 0) {
       reporter_.OnEvent(EventLevel::kInfo, "preprocess: resuming; " + std::to_string(done) +

@@ -60,8 +60,7 @@ double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
 // retrying would fail the same way.
 std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes) {
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return "cannot create " + root + ": " + ec.message();
+  if (Status made = MakePrivateDirectories(root); !made.ok()) return made.message();
   const std::string probe = root + "/.write-probe-" + std::to_string(getpid());
   FILE* f = std::fopen(probe.c_str(), "w");
   if (f == nullptr) return root + " is not writable: " + std::strerror(errno);
@@ -566,6 +565,7 @@ class Run {
                             std::to_string(started) + " shapes compiled while the rank set up");
     }
     attention_warmup_.reset();
+    if (o_.stop_watched != nullptr) o_.stop_watched->store(true);
     reporter_.OnTrainingStarted(step_, t.max_steps);
     model_->train();
     // Afterwards the stop agreement rides on each step's single all-reduce of its numbers.

@@ -31,6 +31,10 @@ struct TrainerOptions {
   Reporter* reporter = nullptr;
   // Set by SIGTERM: finish the step, checkpoint, exit kExitStopped.
   const std::atomic<bool>* stop_flag = nullptr;
+  // Set once the loop watches stop_flag (training's or preprocessing's first step): before
+  // then a SIGTERM ends the rank at once (adworker's handler), so a rank still loading or
+  // waiting at the rendezvous does not hold its devices for the whole grace period.
+  std::atomic<bool>* stop_watched = nullptr;
 };
 
 // Runs the job; returns the process exit code.
