@@ -7,7 +7,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "worker/kernels/fused_ops_cuda.h"
+#include "worker/kernels/channel_bias_cuda.h"
+#include "worker/kernels/geglu_cuda.h"
+#include "worker/kernels/group_norm_cuda.h"
+#include "worker/kernels/layer_norm_cuda.h"
+#include "worker/kernels/short_attention_cuda.h"
+#include "worker/kernels/token_transpose_cuda.h"
 #endif
 
 namespace adctl {

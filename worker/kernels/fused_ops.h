@@ -1,6 +1,6 @@
 // Fused operations of the UNet's training step: what torch.compile fuses and LibTorch runs as
 // separate kernels. Each is an autograd function with two implementations of one formula:
-//   - CUDA kernels of our own (fused_ops_cuda.cu; the CUDA build only), reading and writing each
+//   - CUDA kernels of our own (<op>.cu; the CUDA build only), reading and writing each
 //     activation once where LibTorch's composition makes several passes, and saving less for the
 //     backward (GroupNorm+SiLU keeps x and two numbers per group, not GroupNorm's output; GEGLU
 //     keeps its input, not GELU's output; short attention q, k, v and one number per query,
