@@ -156,7 +156,7 @@ struct TrainSpec {
   // (bench/results/cudnn_autotune_h200_20261202.md).
   bool cudnn_benchmark = false;
   // The UNet's GroupNorm + SiLU, GEGLU and short-sequence attention as fused CUDA kernels of
-  // our own (worker/kernels/fused_ops.h) instead of LibTorch's separate ones. GPUs with the
+  // our own (worker/kernels/, one op a file) instead of LibTorch's separate ones. GPUs with the
   // CUDA build only; the CPU and the CPU build always use LibTorch's composition.
   bool fused_kernels = true;
   // "linear" | "scaled_linear" | "pretrained" (model.pretrained's scheduler/scheduler_config.json

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "worker/kernels/fused_ops.h"
+#include "worker/kernels/dispatch.h"
 #include "worker/model/config.h"
 #include "worker/model/flops.h"
 #include "worker/model/unet3d.h"

@@ -3,7 +3,14 @@
 #include <cmath>
 
 #include "worker/compat.h"
-#include "worker/kernels/fused_ops.h"
+#include "worker/kernels/channel_bias.h"
+#include "worker/kernels/dispatch.h"
+#include "worker/kernels/geglu.h"
+#include "worker/kernels/group_norm.h"
+#include "worker/kernels/layer_norm.h"
+#include "worker/kernels/linear.h"
+#include "worker/kernels/short_attention.h"
+#include "worker/kernels/token_transpose.h"
 
 namespace adctl {
 

@@ -45,7 +45,7 @@ torch::Tensor LinearIn(const torch::nn::Linear& layer, const torch::Tensor& x);
 torch::Tensor Conv2dIn(const torch::nn::Conv2d& layer, const torch::Tensor& x,
                        bool with_bias = true, const torch::Tensor& bias = {});
 torch::Tensor GroupNormIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
-// SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/fused_ops.h).
+// SiLU(GroupNorm(x)), fused on GPUs (worker/kernels/group_norm.h).
 torch::Tensor GroupNormSiluIn(const torch::nn::GroupNorm& layer, const torch::Tensor& x);
 // {GroupNorm(x) (+ SiLU), x} for an x used again (residual, shortcut): the second is that use's
 // x, whose gradient the channels-last kernels add in the norm's backward (GroupNormResidual).
@@ -57,7 +57,8 @@ std::pair<torch::Tensor, torch::Tensor> GroupNormResidualIn(const torch::nn::Gro
 torch::Tensor LayerNormIn(const torch::nn::LayerNorm& layer, const torch::Tensor& x,
                           const torch::Tensor& add = {}, int64_t repeat = 1);
 // {LayerNormIn(layer, x, add), x} for x + f(LayerNorm(x)): the second is the residual to add,
-// whose gradient the fused kernel sums with the norm's (fused_ops.h, LayerNormResidual).
+// whose gradient the fused kernel sums with the norm's (worker/kernels/layer_norm.h,
+// LayerNormResidual).
 std::pair<torch::Tensor, torch::Tensor> LayerNormResidualIn(const torch::nn::LayerNorm& layer,
                                                             const torch::Tensor& x,
                                                             const torch::Tensor& add = {},

@@ -4,7 +4,9 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "worker/kernels/fused_ops.h"
+#include "worker/kernels/dispatch.h"
+#include "worker/kernels/layer_norm.h"
+#include "worker/kernels/token_transpose.h"
 
 namespace adctl {
 

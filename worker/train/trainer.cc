@@ -27,7 +27,7 @@
 #include "worker/dist/communicator.h"
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
-#include "worker/kernels/fused_ops.h"
+#include "worker/kernels/dispatch.h"
 #include "worker/model/flops.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
