@@ -505,7 +505,8 @@ int main(int argc, char** argv) {
   options.restart_backoff_seconds = restart_backoff;
   options.metrics_max_points = metrics_max_points;
   options.paths = path_roots;
-  if (!tls_cert.empty()) options.tls_ca = tls_ca.empty() ? tls_cert : tls_ca;
+  // Ranks reach a tokenless adctld on its Unix socket, which is not TLS.
+  if (!tls_cert.empty() && !open_access) options.tls_ca = tls_ca.empty() ? tls_cert : tls_ca;
   options.default_launcher = default_launcher;
   options.slurm = slurm;
   options.worker_ifname = worker_ifname;
@@ -619,7 +620,9 @@ int main(int argc, char** argv) {
                          {"pid", getpid()},
                          {"data_dir", data_dir},
                          {"worker_binary", options.worker_binary},
-                         {"tls", !tls_cert.empty() && !open_access},
+                         {"tls",
+                          {{"grpc", !tls_cert.empty() && !open_access},
+                           {"http", !tls_cert.empty() && !http_address.empty()}}},
                          {"tokens", !open_access}};
   {
     std::ofstream out(layout.info() + ".tmp");

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "common/data_dir_layout.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/worker_contract.h"
@@ -148,7 +149,7 @@ int Train(const TrainArgs& a) {
     // made is <data-dir>/jobs/<id>: a rank follows an adctld that came back elsewhere.
     const std::filesystem::path jobs = std::filesystem::path(o.job_dir).parent_path();
     const std::string address_file =
-        jobs.filename() == "jobs" ? (jobs.parent_path() / "adctld.json").string() : "";
+        jobs.filename() == "jobs" ? DataDirLayout(jobs.parent_path().string()).info() : "";
     auto connected = CoordinatorClient::Connect(coordinator, job_id, o.attempt, o.rank,
                                                 o.world_size, EnvOr(kWorkerTokenEnv, ""),
                                                 std::chrono::seconds(60), address_file);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/data_dir_layout.h"
 #include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/job_spec.h"
@@ -120,7 +121,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.spec_yaml = yaml;
   // Ranks get a token per attempt (AttemptMonitor); the store keeps only its hash.
   job.token.clear();
-  job.job_dir = std::filesystem::absolute(data_dir_ + "/jobs/" + job.id).string();
+  job.job_dir = std::filesystem::absolute(DataDirLayout(data_dir_).job(job.id)).string();
   job.state = JobState::kQueued;
   job.gpus = static_cast<int>(spec.resources.gpus);
   job.priority = static_cast<int>(spec.resources.priority);

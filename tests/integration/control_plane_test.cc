@@ -430,13 +430,9 @@ TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
   ASSERT_EQ(c.Adctl({"cancel", id}).exit_code, 0);
 }
 
-TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
-  // TLS guards TCP, which needs tokens (tokenless, gRPC is a Unix socket).
-  coordinator_.reset();
-  Coordinator c(1, "s3cret-tls");
-  c.Start();
-  // A CA and a certificate for 127.0.0.1 signed by it, made here with openssl.
-  const std::string d = c.dir() + "/tls";
+// A CA and a certificate for 127.0.0.1 signed by it, made with openssl in `d` (ca.pem,
+// server.pem, server.key); "" (and a test failure) when openssl fails.
+std::string MakeTestCertificates(const std::string& d) {
   fs::create_directories(d);
   const std::string make =
       "cd '" + d +
@@ -445,7 +441,46 @@ TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
       "-out server.csr -subj '/CN=localhost' && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' "
       "> ext.cnf && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
       "-out server.pem -days 1 -extfile ext.cnf";
-  ASSERT_EQ(system((make + " > openssl.log 2>&1").c_str()), 0) << ReadFile(d + "/openssl.log");
+  if (system((make + " > openssl.log 2>&1").c_str()) != 0) {
+    ADD_FAILURE() << ReadFile(d + "/openssl.log");
+    return "";
+  }
+  return d;
+}
+
+// Without tokens TLS covers the HTTP side (TCP); gRPC is the Unix socket, plain, and the ranks
+// dial it without TLS (they were handed the CA and failed every handshake).
+TEST_F(ControlPlaneTest, TlsWithoutTokensServesHttpsAndRanksUseTheSocket) {
+  Coordinator& c = *coordinator_;
+  const std::string d = MakeTestCertificates(c.dir() + "/tls");
+  ASSERT_FALSE(d.empty());
+  c.Stop();
+  c.SetExtraArgs({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
+  c.Start();
+  auto r = c.Adctl({"submit", c.WriteSpec("tls", TinySpec(2)), "--wait", "--timeout", "240"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream info_file(c.dir() + "/data/adctld.json");
+  const auto info = nlohmann::json::parse(info_file, nullptr, false);
+  ASSERT_TRUE(info.contains("tls")) << info.dump();
+  EXPECT_FALSE(info["tls"].value("grpc", true)) << "gRPC (the socket) is not TLS";
+  EXPECT_TRUE(info["tls"].value("http", false));
+  const std::string http = c.http_address();
+  httplib::SSLClient https(http.substr(0, http.rfind(':')),
+                           std::stoi(http.substr(http.rfind(':') + 1)));
+  https.set_ca_cert_path((d + "/ca.pem").c_str());
+  https.enable_server_certificate_verification(true);
+  auto health = https.Get("/healthz");
+  ASSERT_TRUE(health) << "HTTPS with the CA: " << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
+  // TLS guards TCP, which needs tokens (tokenless, gRPC is a Unix socket).
+  coordinator_.reset();
+  Coordinator c(1, "s3cret-tls");
+  c.Start();
+  const std::string d = MakeTestCertificates(c.dir() + "/tls");
+  ASSERT_FALSE(d.empty());
   c.Stop();
   c.ForgetAddresses();
   c.SetExtraArgs(
