@@ -110,7 +110,7 @@ void DrainByPausing(adctl::Supervisor* supervisor, adctl::Store* store) {
         j.state != JobState::kRestarting) {
       continue;
     }
-    auto r = supervisor->jobs().Pause(j.id, std::nullopt);
+    auto r = supervisor->jobs().Pause(j.id, std::nullopt, "adctld (--on-stop pause)");
     if (!r.ok()) {
       spdlog::warn("drain: job {}: {}", j.id, r.status().message());
       continue;

@@ -29,10 +29,13 @@ std::string BearerToken(const grpc::ServerContext* ctx) {
   return value.rfind(prefix, 0) == 0 ? value.substr(prefix.size()) : value;
 }
 
-grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, Role needed) const {
+grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, Role needed,
+                                       std::string* who) const {
   const AccessDecision d = access_->Check(BearerToken(ctx), needed);
   switch (d.kind) {
     case AccessDecision::Kind::kAllowed:
+      // Without tokens the only callers are adctld's user's (its Unix socket): "owner".
+      if (who != nullptr) *who = access_->enabled() ? d.who : "owner";
       return grpc::Status::OK;
     case AccessDecision::Kind::kUnauthenticated:
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, d.message);
@@ -46,6 +49,13 @@ grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, Role needed) co
   do {                                               \
     grpc::Status authorized_ = Authorize(ctx, role); \
     if (!authorized_.ok()) return authorized_;       \
+  } while (0)
+
+// The same, naming the caller in `who` (a command's events say who made it).
+#define ADCTL_AUTHORIZE_AS(ctx, role, who)                 \
+  do {                                                     \
+    grpc::Status authorized_ = Authorize(ctx, role, &who); \
+    if (!authorized_.ok()) return authorized_;             \
   } while (0)
 
 Result<v1::Job> JobServiceImpl::LoadJob(const std::string& job_id, bool with_ranks) const {
@@ -65,7 +75,8 @@ static grpc::Status JobReply(const Result<JobRecord>& job, v1::Job* resp) {
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
+  std::string who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   if (req->spec_yaml().empty()) {
     return ToGrpcStatus(InvalidArgument("spec_yaml: required (the job spec file's text)"));
   }
@@ -75,6 +86,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   if (req->has_gpus()) r.gpus = req->gpus();
   if (req->has_priority()) r.priority = req->priority();
   r.submission_id = req->submission_id();
+  r.by = who;
   auto submitted = jobs_->Submit(r);
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
   JobToProto(submitted->first, jobs_->WaitReason(submitted->first.id), resp->mutable_job());
@@ -110,30 +122,33 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                        v1::Job* resp) {
-  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
+  std::string who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   // The grace period's range is JobManager's (the HTTP side's too).
   std::optional<double> grace;
   if (req->has_grace_seconds()) grace = req->grace_seconds();
-  return JobReply(jobs_->Cancel(req->job_id(), grace, req->force()), resp);
+  return JobReply(jobs_->Cancel(req->job_id(), grace, req->force(), who), resp);
 }
 
 grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJobRequest* req,
                                       v1::Job* resp) {
-  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
+  std::string who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<double> grace;
   if (req->has_grace_seconds()) grace = req->grace_seconds();
-  return JobReply(jobs_->Pause(req->job_id(), grace), resp);
+  return JobReply(jobs_->Pause(req->job_id(), grace, who), resp);
 }
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                                        v1::Job* resp) {
-  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
+  std::string who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<int> gpus;
   if (req->has_gpus()) gpus = req->gpus();
-  return JobReply(jobs_->Resume(req->job_id(), gpus), resp);
+  return JobReply(jobs_->Resume(req->job_id(), gpus, who), resp);
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,

@@ -52,8 +52,9 @@ class JobServiceImpl final : public v1::JobService::Service {
                             grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
 
  private:
-  // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (a role too low).
-  grpc::Status Authorize(grpc::ServerContext* ctx, Role needed) const;
+  // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (a role too low). `who`
+  // (optional): the caller's name when allowed (the token's, "owner" without tokens).
+  grpc::Status Authorize(grpc::ServerContext* ctx, Role needed, std::string* who = nullptr) const;
   Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks) const;
 
   JobManager* const jobs_;

@@ -120,6 +120,13 @@ std::string Bearer(const httplib::Request& req, std::string* problem) {
   return header.substr(prefix.size());
 }
 
+// Who makes a command: the name of the token it carries (the pre-routing check let it in).
+std::string Caller(const httplib::Request& req, const AccessPolicy* access) {
+  if (access == nullptr || !access->enabled()) return "";
+  std::string problem;
+  return access->Check(Bearer(req, &problem), Role::kSubmitter).who;
+}
+
 // A JSON array of metric points (adctl.v1.MetricPoint each).
 std::string PointsArray(const std::vector<MetricRecord>& points) {
   std::string out = "[";
@@ -453,7 +460,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
              }
              force = (*body)["force"].get<bool>();
            }
-           reply(res, jobs_->Cancel(req.matches[1], *grace, force));
+           reply(res, jobs_->Cancel(req.matches[1], *grace, force, Caller(req, options_.access)));
          });
   s.Post(R"(/api/v1/jobs/([^/]+)/pause)",
          [this, reply](const httplib::Request& req, httplib::Response& res) {
@@ -462,7 +469,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
            if (!body.ok()) return SendError(res, body.status());
            auto grace = OptionalSeconds(*body, "grace_seconds");
            if (!grace.ok()) return SendError(res, grace.status());
-           reply(res, jobs_->Pause(req.matches[1], *grace));
+           reply(res, jobs_->Pause(req.matches[1], *grace, Caller(req, options_.access)));
          });
   s.Post(R"(/api/v1/jobs/([^/]+)/resume)",
          [this, reply](const httplib::Request& req, httplib::Response& res) {
@@ -476,7 +483,7 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
              }
              gpus = (*body)["gpus"].get<int>();
            }
-           reply(res, jobs_->Resume(req.matches[1], gpus));
+           reply(res, jobs_->Resume(req.matches[1], gpus, Caller(req, options_.access)));
          });
 }
 

@@ -436,7 +436,7 @@ Status Store::Migrate() {
   return Status::Ok();
 }
 
-Status Store::InsertJob(const JobRecord& j) {
+Status Store::InsertJob(const JobRecord& j, const std::string& by) {
   std::lock_guard<std::mutex> lock(mu_);
   Txn txn(db_);
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
@@ -463,8 +463,8 @@ Status Store::InsertJob(const JobRecord& j) {
   e.time = j.submitted_at;
   e.kind = "submitted";
   e.to_state = j.state;
-  e.message =
-      "submitted: " + std::to_string(j.gpus) + " rank(s), priority " + std::to_string(j.priority);
+  e.message = "submitted" + (by.empty() ? std::string() : " by " + by) + ": " +
+              std::to_string(j.gpus) + " rank(s), priority " + std::to_string(j.priority);
   auto id = AddEventLocked(e);
   if (!id.ok()) return id.status();
   return txn.Commit();

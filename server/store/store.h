@@ -167,7 +167,8 @@ class Store {
   Status SetWritesFail(bool fail);
 
   // Jobs.
-  Status InsertJob(const JobRecord& job);  // also writes the "submitted" event
+  // Also writes the "submitted" event, naming `by` (who submitted) when given.
+  Status InsertJob(const JobRecord& job, const std::string& by = "");
   Result<JobRecord> GetJob(const std::string& id);
   Result<std::optional<JobRecord>> FindJobBySubmissionId(const std::string& submission_id);
   // Newest first. `before_seq` > 0 pages: jobs with seq < before_seq.

@@ -16,6 +16,9 @@ namespace adctl {
 
 namespace {
 
+// Who a command's event names: the token's name, or "user" when it is not known.
+std::string ByWhom(const std::string& by) { return by.empty() ? "user" : by; }
+
 std::string GraceText(double grace_seconds) {
   return "grace " + std::to_string(static_cast<int>(grace_seconds)) + " s";
 }
@@ -136,7 +139,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   std::error_code ec;
   std::filesystem::create_directories(JobLayout(job.job_dir).logs(), ec);
   if (ec) return Internal("cannot create " + job.job_dir + ": " + ec.message());
-  Status inserted = store_->InsertJob(job);
+  Status inserted = store_->InsertJob(job, request.by);
   if (!inserted.ok()) {
     // A concurrent retry with the same submission id won the race.
     if (!request.submission_id.empty()) {
@@ -157,7 +160,8 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
 }
 
 Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<double> grace,
-                                     bool force) {
+                                     bool force, const std::string& by) {
+  const std::string who = ByWhom(by);
   if (grace) ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("grace_seconds", *grace));
   return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
@@ -171,23 +175,24 @@ Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<do
                                   JobStateName(job->state) + ")");
       case JobState::kQueued:
       case JobState::kPaused:
-        return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by user");
+        return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by " + who);
       case JobState::kRestarting:
         if (!attempt.has_processes()) {
-          return EndRestartWait(&attempt, JobState::kCancelled, "cancelled by user");
+          return EndRestartWait(&attempt, JobState::kCancelled, "cancelled by " + who);
         }
         [[fallthrough]];
       default: {
         Result<JobRecord> out = job.value();
         if (job->state != JobState::kCancelling) {
-          out = recorder_->Transition(job_id, JobState::kCancelling,
-                                      force ? "cancel requested (force: SIGKILL)"
-                                            : "cancel requested (" + GraceText(g) + ")");
+          out = recorder_->Transition(
+              job_id, JobState::kCancelling,
+              force ? "cancel requested by " + who + " (force: SIGKILL)"
+                    : "cancel requested by " + who + " (" + GraceText(g) + ")");
           if (!out.ok()) return out;
         }
         if (!attempt.exists()) {
           // Nothing is running under this adctld: finish the cancel right away.
-          return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by user");
+          return recorder_->Transition(job_id, JobState::kCancelled, "cancelled by " + who);
         }
         attempt.Stop(g);
         return out;
@@ -196,7 +201,9 @@ Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<do
   });
 }
 
-Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<double> grace) {
+Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<double> grace,
+                                    const std::string& by) {
+  const std::string who = ByWhom(by);
   if (grace) ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("grace_seconds", *grace));
   return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
@@ -204,16 +211,17 @@ Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<dou
     const double g = grace.value_or(job->grace_seconds);
     switch (job->state) {
       case JobState::kQueued:
-        return recorder_->Transition(job_id, JobState::kPaused, "paused by user before it started");
+        return recorder_->Transition(job_id, JobState::kPaused,
+                                     "paused by " + who + " before it started");
       case JobState::kRestarting:
         if (!attempt.has_processes()) {
-          return EndRestartWait(&attempt, JobState::kPaused, "paused by user");
+          return EndRestartWait(&attempt, JobState::kPaused, "paused by " + who);
         }
         return FailedPrecondition("pause: job " + job_id + " is restarting; try again shortly");
       case JobState::kStarting:
       case JobState::kRunning: {
         auto out = recorder_->Transition(job_id, JobState::kPausing,
-                                         "pause requested (" + GraceText(g) + ")");
+                                         "pause requested by " + who + " (" + GraceText(g) + ")");
         if (!out.ok()) return out;
         attempt.Stop(g);
         return out;
@@ -225,7 +233,9 @@ Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<dou
   });
 }
 
-Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<int> gpus) {
+Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<int> gpus,
+                                     const std::string& by) {
+  const std::string who = ByWhom(by);
   return monitor_->WithAttempt(job_id, [&](AttemptControl&) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
     if (!job.ok()) return job.status();
@@ -234,7 +244,7 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
                                 "; only PAUSED jobs can be resumed");
     }
     TransitionChanges c;
-    std::string message = "resumed by user";
+    std::string message = "resumed by " + who;
     std::optional<JobSpec> resized;  // the spec on the new rank count
     if (gpus && *gpus != job->gpus) {
       if (job->launcher == "local") ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
@@ -257,7 +267,7 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
       ADCTL_RETURN_IF_ERROR(ValidateJobSpec(s));
       c.spec_yaml = JobSpecToYaml(s);
       c.gpus = *gpus;
-      message = "resumed by user on " + std::to_string(*gpus) + " ranks (train.grad_accum " +
+      message = "resumed by " + who + " on " + std::to_string(*gpus) + " ranks (train.grad_accum " +
                 std::to_string(s.train.grad_accum) + ", global batch " +
                 std::to_string(global_batch) + " kept)";
       resized = std::move(s);

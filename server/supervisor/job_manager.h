@@ -30,6 +30,7 @@ struct SubmitRequest {
   std::optional<int> gpus;
   std::optional<int> priority;
   std::string submission_id;
+  std::string by;  // who asks: the token's name ("owner" without tokens); "" unknown
 };
 
 class JobManager {
@@ -41,11 +42,14 @@ class JobManager {
   Result<std::pair<JobRecord, bool>> Submit(const SubmitRequest& request);
   // `force`: SIGKILL now. Otherwise SIGTERM, then SIGKILL after the grace period (default: the
   // spec's resources.grace_seconds).
+  // `by` names who asks (a token's name) in the job's events ("": "user").
   Result<JobRecord> Cancel(const std::string& job_id, std::optional<double> grace_seconds,
-                           bool force);
-  Result<JobRecord> Pause(const std::string& job_id, std::optional<double> grace_seconds);
+                           bool force, const std::string& by = "");
+  Result<JobRecord> Pause(const std::string& job_id, std::optional<double> grace_seconds,
+                          const std::string& by = "");
   // `gpus`: resume on another rank count, keeping the global batch through train.grad_accum.
-  Result<JobRecord> Resume(const std::string& job_id, std::optional<int> gpus);
+  Result<JobRecord> Resume(const std::string& job_id, std::optional<int> gpus,
+                           const std::string& by = "");
   // Why a QUEUED job waits ("" otherwise).
   std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
 

@@ -216,6 +216,17 @@ TEST(HttpApiTest, TokenGuardsTheJsonApiButNotMetricsOrHealth) {
       << denied.body;
   ExpectError(c.HttpWithAuthorization("POST", "/api/v1/jobs/j-none/cancel", "Bearer s3cret-submit"),
               404, "NOT_FOUND");
+  if (HaveAdworker()) {
+    // A command's event names the token that made it (gRPC: ADCTLD_TOKEN; HTTP: ci).
+    const std::string id = c.Submit(c.WriteSpec("who", kLongSpec));
+    EXPECT_EQ(c.HttpWithAuthorization("POST", "/api/v1/jobs/" + id + "/cancel",
+                                      "Bearer s3cret-submit", "{}")
+                  .status,
+              200);
+    const std::string events = c.Http("GET", "/api/v1/jobs/" + id + "/events").body;
+    EXPECT_NE(events.find("submitted by ADCTLD_TOKEN"), std::string::npos) << events;
+    EXPECT_NE(events.find(" by ci"), std::string::npos) << events;
+  }
 
   const HttpReply metrics = c.HttpWithAuthorization("GET", "/metrics", "");
   EXPECT_EQ(metrics.status, 200);

@@ -210,6 +210,31 @@ TEST_F(JobApiTest, GracePeriodsOutsideADayAreRefused) {
       << st.error_message();
 }
 
+// Every command's event names the token that made it.
+TEST_F(JobApiTest, CommandsEventsNameTheTokenThatMadeThem) {
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(stub_->SubmitJob(Ctx("s3cret-submitter").get(), submit, &submitted).ok());
+  const std::string id = submitted.job().id();
+  v1::Job job;
+  v1::PauseJobRequest pause;
+  pause.set_job_id(id);
+  ASSERT_TRUE(stub_->PauseJob(Ctx("s3cret-admin").get(), pause, &job).ok());
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(id);
+  ASSERT_TRUE(stub_->ResumeJob(Ctx("s3cret-submitter").get(), resume, &job).ok());
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  ASSERT_TRUE(stub_->CancelJob(Ctx("s3cret-admin").get(), cancel, &job).ok());
+  std::string said;
+  for (const EventRecord& e : store_->ListEvents(id, 0, 0).value()) said += e.message + "\n";
+  EXPECT_NE(said.find("submitted by pipeline:"), std::string::npos) << said;
+  EXPECT_NE(said.find("paused by ci before it started"), std::string::npos) << said;
+  EXPECT_NE(said.find("resumed by pipeline"), std::string::npos) << said;
+  EXPECT_NE(said.find("cancelled by ci"), std::string::npos) << said;
+}
+
 TEST_F(JobApiTest, ListPagesAndFiltersByState) {
   v1::SubmitJobRequest submit;
   submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
