@@ -1,9 +1,11 @@
 #include "server/launcher/process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -110,6 +112,28 @@ void ResetSignalsForExec() {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+std::vector<pid_t> ProcessesWithArgument(const std::string& flag, const std::string& value) {
+  std::vector<pid_t> out;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return out;
+  while (const dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+    std::string arg, previous;
+    while (std::getline(in, arg, '\0')) {
+      if (previous == flag && arg == value) {
+        if (ProcessAlive(static_cast<pid_t>(pid), 0)) out.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+      previous = std::move(arg);
+    }
+  }
+  closedir(proc);
+  return out;
 }
 
 }  // namespace adctl

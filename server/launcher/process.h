@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -20,6 +21,10 @@ bool ProcessAlive(pid_t pid, uint64_t start_time);
 
 // True while a live (not zombie) process is in process group `pgid`.
 bool ProcessGroupExists(pid_t pgid);
+
+// The live processes whose command line has `flag` followed by `value` as two arguments (e.g.
+// adworker's "--job-dir" and a job folder), from /proc/<pid>/cmdline.
+std::vector<pid_t> ProcessesWithArgument(const std::string& flag, const std::string& value);
 
 // killpg that treats "no such group" as success.
 Status SignalProcessGroup(pid_t pgid, int signal);

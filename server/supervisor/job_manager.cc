@@ -1,6 +1,8 @@
 #include "server/supervisor/job_manager.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/job_spec.h"
+#include "server/launcher/process.h"
 #include "server/supervisor/secrets.h"
 
 namespace adctl {
@@ -138,16 +141,18 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.progress.total_steps = spec.train.max_steps;
   std::error_code ec;
   std::filesystem::create_directories(JobLayout(job.job_dir).logs(), ec);
-  if (ec) return Internal("cannot create " + job.job_dir + ": " + ec.message());
+  if (ec) {
+    (void)RemoveTree(job.job_dir);  // what a full disk let it make
+    return Internal("cannot create " + job.job_dir + ": " + ec.message());
+  }
   Status inserted = store_->InsertJob(job, request.by);
   if (!inserted.ok()) {
+    // No record, no folder: a submit the database refused (a full disk) leaves nothing behind.
+    (void)RemoveTree(job.job_dir);
     // A concurrent retry with the same submission id won the race.
     if (!request.submission_id.empty()) {
       auto existing = store_->FindJobBySubmissionId(request.submission_id);
-      if (existing.ok() && existing->has_value()) {
-        (void)RemoveTree(job.job_dir);
-        return std::make_pair(**existing, false);
-      }
+      if (existing.ok() && existing->has_value()) return std::make_pair(**existing, false);
     }
     return inserted;
   }
@@ -276,6 +281,30 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
     if (resumed.ok() && resized) recorder_->specs().Remember(job_id, *c.spec_yaml, *resized);
     return resumed;
   });
+}
+
+int JobManager::StopRanksOfFoldersWithoutRecord() {
+  std::error_code ec;
+  const DataDirLayout layout(data_dir_);
+  int found = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(layout.jobs(), ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const std::string id = entry.path().filename().string();
+    if (store_->GetJob(id).status().code() != StatusCode::kNotFound) continue;
+    ++found;
+    int stopped = 0;
+    const std::string job_dir = std::filesystem::absolute(entry.path()).string();
+    for (pid_t pid : ProcessesWithArgument("--job-dir", job_dir)) {
+      const pid_t group = getpgid(pid);
+      if (group > 0 && SignalProcessGroup(group, SIGTERM).ok()) ++stopped;
+    }
+    spdlog::warn(
+        "{}: a job folder with no record in {} (was the database replaced or its WAL lost?); "
+        "left in place{}",
+        job_dir, layout.database(),
+        stopped > 0 ? ", its " + std::to_string(stopped) + " live rank(s) sent SIGTERM" : "");
+  }
+  return found;
 }
 
 int JobManager::RemoveEndedJobFolders(double older_than_seconds) {

@@ -53,6 +53,11 @@ class JobManager {
   // Why a QUEUED job waits ("" otherwise).
   std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
 
+  // Folders under jobs/ that the store has no record of (a database replaced, a WAL lost):
+  // each is reported (a warning naming it) and left in place, and the ranks still running in
+  // it (processes with `--job-dir <folder>`) get SIGTERM. Returns how many there were.
+  int StopRanksOfFoldersWithoutRecord();
+
   // Retention: removes the folder (spec, logs, checkpoints, samples, exports) of every job that
   // ended more than `older_than_seconds` ago, with an event saying so; the job's record and
   // metric history stay. Returns how many folders were removed.

@@ -14,6 +14,7 @@ Supervisor::~Supervisor() { Stop(); }
 
 Status Supervisor::Start() {
   ADCTL_RETURN_IF_ERROR(monitor_.Reconcile());
+  jobs_.StopRanksOfFoldersWithoutRecord();
   changes_.Open();
   monitor_.StartThread();
   return Status::Ok();

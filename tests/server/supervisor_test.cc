@@ -5,10 +5,15 @@
 #include "server/supervisor/supervisor.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <thread>
+
+#include "server/launcher/process.h"
 
 namespace adctl {
 namespace {
@@ -195,6 +200,35 @@ TEST_F(SupervisorTest, CheckpointFoldersAreCheckedAtSubmitAndAgainAtLaunch) {
   EXPECT_NE(refused.status().message().find("checkpoint.dir: the path has a NUL byte"),
             std::string::npos)
       << refused.status().message();
+}
+
+// A job folder the store has no record of (the database replaced, its WAL lost) is reported at
+// start and the ranks still running in it are stopped; the folder stays.
+TEST_F(SupervisorTest, FoldersWithoutARecordAreReportedAndTheirRanksStopped) {
+  supervisor_.reset();
+  const std::string ghost = dir_ + "/jobs/j-ghost";
+  std::filesystem::create_directories(ghost);
+  // A "rank" of the lost job: its command line names the folder as adworker's does.
+  const pid_t rank = fork();
+  if (rank == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", "sleep 60; true", "adworker", "--job-dir", ghost.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(rank, 0);
+  for (int i = 0; i < 100 && ProcessesWithArgument("--job-dir", ghost).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ProcessesWithArgument("--job-dir", ghost).size(), 1u);
+  StartSupervisor(2);
+  int status = 0;
+  for (int i = 0; i < 200 && waitpid(rank, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "the lost job's rank runs on";
+  EXPECT_TRUE(std::filesystem::exists(ghost)) << "the folder is left in place";
+  EXPECT_EQ(supervisor_->jobs().StopRanksOfFoldersWithoutRecord(), 1);
 }
 
 TEST_F(SupervisorTest, ResumeOnADifferentRankCountKeepsTheGlobalBatch) {

@@ -222,6 +222,13 @@ TEST_F(TrainerTest, CorruptNewestCheckpointFallsBackToTheOlderOne) {
   RecordingReporter second;
   ASSERT_EQ(Train(Spec(), "c", &second), kExitOk);
   EXPECT_EQ(second.resumed_from, 2);
+  // The fall-back is an event, naming the step passed over and the one resumed from.
+  bool said = false;
+  for (const std::string& e : second.events) {
+    said |= e.find("checkpoint(s) of step 4") != std::string::npos &&
+            e.find("resuming from the older step 2") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << "no event says the newest checkpoint was passed over";
 }
 
 TEST_F(TrainerTest, NoUsableCheckpointIsSaidBeforeStartingOver) {

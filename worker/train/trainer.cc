@@ -380,6 +380,23 @@ class Run {
     const auto& ckpt = **latest;
     const auto& meta = ckpt.manifest.metadata;
     const std::string dir = ckpt.info.path;
+    if (o_.rank == 0) {
+      // Newer checkpoints that did not verify: the job's events say why it resumes further back.
+      std::string skipped;
+      if (auto listed = ListCheckpoints(checkpoint_root_); listed.ok()) {
+        for (const CheckpointInfo& c : *listed) {
+          if (c.step > ckpt.info.step)
+            skipped += (skipped.empty() ? "" : ", ") + std::to_string(c.step);
+        }
+      }
+      if (!skipped.empty()) {
+        reporter_.OnEvent(EventLevel::kWarning,
+                          "the checkpoint(s) of step " + skipped + " in " + checkpoint_root_ +
+                              " do not verify (corrupt or incomplete; see the rank log): resuming "
+                              "from the older step " +
+                              std::to_string(ckpt.info.step));
+      }
+    }
     auto weights = ReadTensorFile(dir + "/motion_adapter/diffusion_pytorch_model.safetensors");
     if (!weights.ok()) return Failure{kExitDataError, weights.status().ToString()};
     auto st = LoadStrict(
