@@ -392,6 +392,8 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
   return 0;
 }
 
+// Prints a rank's log; with -f follows it to the job's end, reconnecting across adctld restarts
+// at the byte it reached (as wait, watch and --follow ride them out).
 int Logs(Client& c, const std::string& job_id, const LogsArgs& a) {
   v1::StreamLogsRequest req;
   req.set_job_id(job_id);
@@ -399,12 +401,31 @@ int Logs(Client& c, const std::string& job_id, const LogsArgs& a) {
   req.set_attempt(a.attempt);
   req.set_follow(a.follow);
   req.set_tail_bytes(a.tail);
-  auto ctx = c.Context(0);
-  auto reader = c.stub().StreamLogs(ctx.get(), req);
-  v1::LogChunk chunk;
-  while (reader->Read(&chunk)) std::cout << chunk.data() << std::flush;
-  grpc::Status st = reader->Finish();
-  return st.ok() ? 0 : ReportError(st, c.server());
+  double unreachable_since = 0;
+  bool ever_connected = false;
+  while (true) {
+    auto ctx = c.Context(0);
+    auto reader = c.stub().StreamLogs(ctx.get(), req);
+    v1::LogChunk chunk;
+    while (reader->Read(&chunk)) {
+      ever_connected = true;
+      unreachable_since = 0;
+      std::cout << chunk.data() << std::flush;
+      if (chunk.next_offset() > 0) {
+        req.set_resume_attempt(chunk.attempt());
+        req.set_resume_offset(chunk.next_offset());
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (st.ok()) return 0;
+    const bool gone = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      st.error_code() == grpc::StatusCode::CANCELLED;
+    if (!a.follow || !ever_connected || !gone) return ReportError(st, c.server());
+    // adctld went away mid-stream: most likely a restart; keep trying a while.
+    if (unreachable_since == 0) unreachable_since = Now();
+    if (Now() - unreachable_since > 60) return ReportError(st, c.server());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 int Cancel(Client& c, const Globals& g, const std::string& job_id, const StopArgs& a) {

@@ -204,6 +204,15 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
   const bool follow_attempts = req->attempt() == 0;
   int attempt = req->attempt() == 0 ? view->job.attempt : req->attempt();
   int64_t offset = -1;  // -1: not opened yet
+  if (req->resume_attempt() > 0) {
+    if (req->resume_offset() < 0) {
+      return ToGrpcStatus(InvalidArgument("resume_offset: must be >= 0"));
+    }
+    ADCTL_GRPC_RETURN_IF_ERROR(
+        JobQueries::CheckRankLogRef(view->job, req->resume_attempt(), req->rank()));
+    attempt = req->resume_attempt();
+    offset = req->resume_offset();
+  }
   uint64_t version = 0;
   while (!ctx->IsCancelled()) {
     view = queries_->GetJob(req->job_id(), /*with_ranks=*/false);
@@ -227,6 +236,7 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
           chunk.set_attempt(attempt);
           chunk.set_rank(req->rank());
           chunk.set_data(std::move(read.data));
+          chunk.set_next_offset(offset);
           if (!writer->Write(chunk)) return grpc::Status::OK;
         }
       } else if (!req->follow()) {

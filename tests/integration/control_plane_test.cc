@@ -214,6 +214,9 @@ TEST_F(ControlPlaneTest, CoordinatorKilledMidJobReattachesAndLosesNothing) {
   std::string id = c.Submit(c.WriteSpec("restart", TinySpec(kSteps)));
   auto before = c.WaitUntil(
       id, [](const nlohmann::json& j) { return Step(j) >= 2; }, 240, "step 2");
+  // `logs -f` rides the restart out, going on at the byte it reached.
+  auto logs = std::async(std::launch::async, [&] { return c.Adctl({"logs", id, "-f"}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   c.Kill9();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   c.Start();
@@ -233,6 +236,10 @@ TEST_F(ControlPlaneTest, CoordinatorKilledMidJobReattachesAndLosesNothing) {
   if (job["attempt"] == 1) {
     // The rank survived the coordinator: every step reported, none lost.
     EXPECT_EQ(static_cast<int>(steps.size()), kSteps);
+    // The follower printed the rank's log exactly: nothing twice, nothing missing.
+    CommandResult followed = logs.get();
+    EXPECT_EQ(followed.exit_code, 0) << followed.err;
+    EXPECT_EQ(followed.out, ReadFile(c.dir() + "/data/jobs/" + id + "/logs/attempt-1/rank-0.log"));
   }
   ExpectNoRankProcess(before);
 }
