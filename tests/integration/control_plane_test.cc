@@ -455,6 +455,18 @@ std::string MakeTestCertificates(const std::string& d) {
   return d;
 }
 
+// /healthz answers over HTTPS, the server verified against `ca`.
+void ExpectHttpsVerifiesWith(const Coordinator& c, const std::string& ca) {
+  const std::string http = c.http_address();
+  httplib::SSLClient https(http.substr(0, http.rfind(':')),
+                           std::stoi(http.substr(http.rfind(':') + 1)));
+  https.set_ca_cert_path(ca.c_str());
+  https.enable_server_certificate_verification(true);
+  auto health = https.Get("/healthz");
+  ASSERT_TRUE(health) << "HTTPS with the CA: " << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+}
+
 // Without tokens TLS covers the HTTP side (TCP); gRPC is the Unix socket, plain, and the ranks
 // dial it without TLS (they were handed the CA and failed every handshake).
 TEST_F(ControlPlaneTest, TlsWithoutTokensServesHttpsAndRanksUseTheSocket) {
@@ -471,14 +483,7 @@ TEST_F(ControlPlaneTest, TlsWithoutTokensServesHttpsAndRanksUseTheSocket) {
   ASSERT_TRUE(info.contains("tls")) << info.dump();
   EXPECT_FALSE(info["tls"].value("grpc", true)) << "gRPC (the socket) is not TLS";
   EXPECT_TRUE(info["tls"].value("http", false));
-  const std::string http = c.http_address();
-  httplib::SSLClient https(http.substr(0, http.rfind(':')),
-                           std::stoi(http.substr(http.rfind(':') + 1)));
-  https.set_ca_cert_path((d + "/ca.pem").c_str());
-  https.enable_server_certificate_verification(true);
-  auto health = https.Get("/healthz");
-  ASSERT_TRUE(health) << "HTTPS with the CA: " << httplib::to_string(health.error());
-  EXPECT_EQ(health->status, 200);
+  ExpectHttpsVerifiesWith(c, d + "/ca.pem");
 }
 
 TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
@@ -501,14 +506,7 @@ TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
   c.SetClientEnv({});
   auto plain = c.Adctl({"ls"});
   EXPECT_NE(plain.exit_code, 0) << plain.out;
-  const std::string http = c.http_address();
-  httplib::SSLClient https(http.substr(0, http.rfind(':')),
-                           std::stoi(http.substr(http.rfind(':') + 1)));
-  https.set_ca_cert_path((d + "/ca.pem").c_str());
-  https.enable_server_certificate_verification(true);
-  auto health = https.Get("/healthz");
-  ASSERT_TRUE(health) << "HTTPS with the CA: " << httplib::to_string(health.error());
-  EXPECT_EQ(health->status, 200);
+  ExpectHttpsVerifiesWith(c, d + "/ca.pem");
 }
 
 TEST_F(ControlPlaneTest, WaitExitCodesAndWhyAJobWaits) {
