@@ -274,19 +274,26 @@ Result<WatchBatch> JobQueries::Watch(const std::string& job_id, WatchCursor* cur
 }
 
 Result<WatchBatch> JobQueries::WaitForUpdates(const std::string& job_id, WatchCursor* cursor,
-                                              int timeout_ms) const {
+                                              int timeout_ms,
+                                              const std::function<bool()>& abandoned) const {
   ChangeFeed& changes = supervisor_->changes();
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  // The version is read before the store, so a change between the two wakes the wait below.
+  uint64_t version = changes.version();
+  auto batch = Watch(job_id, cursor);
   while (true) {
-    // The version is read before the store, so a change between the two wakes the wait below.
-    uint64_t version = changes.version();
-    auto batch = Watch(job_id, cursor);
     if (!batch.ok() || !batch->events.empty() || !batch->metrics.empty()) return batch;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || changes.closed()) return batch;
-    changes.WaitForChange(&version, static_cast<int>(left.count()));
+    // In slices of a second when the caller may leave; the store is read again on a change.
+    const uint64_t seen = version;
+    changes.WaitForChange(&version, abandoned ? std::min<int>(static_cast<int>(left.count()), 1000)
+                                              : static_cast<int>(left.count()));
+    if (abandoned && abandoned()) return batch;
+    if (version == seen) continue;  // a quiet slice: nothing new in the store either
+    batch = Watch(job_id, cursor);  // `version` is the one read before it (WaitForChange)
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -131,10 +132,11 @@ class JobQueries {
   }
   // The long poll of the HTTP API: Watch, but when nothing happened since `cursor` it waits up
   // to `timeout_ms` for an event or a metric point of this job (every state change has its
-  // event row). Returns an empty batch (the job snapshot only) at the timeout or when adctld is
-  // stopping.
-  Result<WatchBatch> WaitForUpdates(const std::string& job_id, WatchCursor* cursor,
-                                    int timeout_ms) const;
+  // event row). Returns an empty batch (the job snapshot only) at the timeout, when adctld is
+  // stopping, or when `abandoned` (checked about once a second; may be empty) says the caller
+  // left.
+  Result<WatchBatch> WaitForUpdates(const std::string& job_id, WatchCursor* cursor, int timeout_ms,
+                                    const std::function<bool()>& abandoned = {}) const;
 
  private:
   Store* const store_;

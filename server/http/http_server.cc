@@ -336,20 +336,10 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
       return SendError(res, 503, "UNAVAILABLE",
                        "too many long polls in flight; retry (or poll with timeout_ms=0)");
     }
-    // In slices of a second, so that a poll whose client left ends then, not at its timeout.
+    // A poll whose client left ends then, not at its timeout.
     WatchCursor cursor{*after_event, *after_metric};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*timeout_ms);
-    Result<WatchBatch> batch = InvalidArgument("no poll");
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      batch = queries_->WaitForUpdates(
-          req.matches[1], &cursor, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000)));
-      if (!batch.ok() || !batch->events.empty() || !batch->metrics.empty() || left.count() <= 0 ||
-          guard_.ClientGone()) {
-        break;
-      }
-    }
+    auto batch = queries_->WaitForUpdates(req.matches[1], &cursor, static_cast<int>(*timeout_ms),
+                                          [this] { return guard_.ClientGone(); });
     guard_.EndLongPoll();
     if (!batch.ok()) return SendError(res, batch.status());
     v1::Job job;
