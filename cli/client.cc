@@ -56,10 +56,14 @@ Connection ResolveConnection(const std::string& server_flag) {
   } else if (config && config["token"]) {
     c.token = config["token"].as<std::string>();
   }
-  if (const char* env = getenv("ADCTL_TLS_CA"); env && *env) {
-    c.tls_ca = env;
-  } else if (config && config["tls_ca"]) {
-    c.tls_ca = config["tls_ca"].as<std::string>();
+  for (auto [env_name, key, out] : {std::make_tuple("ADCTL_TLS_CA", "tls_ca", &c.tls.ca),
+                                    std::make_tuple("ADCTL_TLS_CERT", "tls_cert", &c.tls.cert),
+                                    std::make_tuple("ADCTL_TLS_KEY", "tls_key", &c.tls.key)}) {
+    if (const char* env = getenv(env_name); env && *env) {
+      *out = env;
+    } else if (config && config[key]) {
+      *out = config[key].as<std::string>();
+    }
   }
   return c;
 }
@@ -67,11 +71,10 @@ Connection ResolveConnection(const std::string& server_flag) {
 Client::Client(const Connection& connection) : connection_(connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  std::string error;
   // A Unix socket is never TLS (adctld serves it only without tokens, to its own user).
   const bool unix_socket = connection_.server.rfind("unix:", 0) == 0;
-  auto credentials = ChannelCredentialsFor(unix_socket ? "" : connection_.tls_ca, &error);
-  if (!error.empty()) std::cerr << "adctl: " << error << "\n";
+  auto credentials =
+      ChannelCredentialsFor(unix_socket ? TlsClientFiles() : connection_.tls, &setup_error_);
   channel_ = grpc::CreateCustomChannel(connection_.server, credentials, args);
   stub_ = v1::JobService::NewStub(channel_);
 }
@@ -86,9 +89,65 @@ std::unique_ptr<grpc::ClientContext> Client::Context(double timeout_seconds) con
   return ctx;
 }
 
-int ReportError(const grpc::Status& status, const std::string& server) {
+namespace {
+
+bool Contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The message for a TLS handshake that failed ("" when `detail` is not one): gRPC reports them
+// as UNAVAILABLE with OpenSSL's reason inside, which no user should have to decode.
+std::string TlsProblem(const std::string& detail, const Connection& c) {
+  const std::string at = "adctld at " + c.server;
+  if (c.tls.ca.empty()) {
+    // Plaintext gRPC to a TLS listener: the server drops the connection at once.
+    if (Contains(detail, "Socket closed") || Contains(detail, "Connection reset") ||
+        Contains(detail, "Broken pipe")) {
+      return at +
+             " closed the connection: if it serves TLS (--tls-cert), set ADCTL_TLS_CA to the CA "
+             "of its certificate (" +
+             detail + ")";
+    }
+    return "";
+  }
+  if (Contains(detail, "CERTIFICATE_VERIFY_FAILED") ||
+      Contains(detail, "certificate verify failed")) {
+    return at + " presented a certificate that ADCTL_TLS_CA " + c.tls.ca +
+           " does not verify: set it to the CA that signed adctld's --tls-cert (or check that "
+           "the certificate names this host)";
+  }
+  if (Contains(detail, "WRONG_VERSION_NUMBER") || Contains(detail, "wrong version number") ||
+      Contains(detail, "http1.x") || Contains(detail, "PACKET_LENGTH_TOO_LONG")) {
+    return at + " does not speak TLS: unset ADCTL_TLS_CA (and tls_ca: in the config file)";
+  }
+  // TLS 1.3: a server that refuses the client's certificate closes the connection after the
+  // client considers the handshake done.
+  const bool closed = Contains(detail, "Socket closed") || Contains(detail, "Connection reset");
+  if (Contains(detail, "UNKNOWN_CA") || Contains(detail, "BAD_CERTIFICATE") ||
+      Contains(detail, "CERTIFICATE_REQUIRED") || Contains(detail, "HANDSHAKE_FAILURE") ||
+      (closed && !c.tls.cert.empty())) {
+    return at + " refused this client's certificate" +
+           (c.tls.cert.empty() ? std::string(" (none given: set ADCTL_TLS_CERT and ADCTL_TLS_KEY)")
+                               : " ADCTL_TLS_CERT " + c.tls.cert +
+                                     ": it must be signed by adctld's --tls-client-ca");
+  }
+  if (Contains(detail, "andshake") || Contains(detail, "SSL_ERROR")) {
+    return "the TLS handshake with " + at + " failed (" + detail +
+           "): check ADCTL_TLS_CA, ADCTL_TLS_CERT and ADCTL_TLS_KEY";
+  }
+  return "";
+}
+
+}  // namespace
+
+int ReportError(const grpc::Status& status, const Connection& connection) {
+  const std::string& server = connection.server;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
+      if (const std::string tls = TlsProblem(status.error_message(), connection); !tls.empty()) {
+        std::cerr << "adctl: " << tls << "\n";
+        return kExitUsage;
+      }
       std::cerr << "adctl: cannot reach adctld at " << server << " (" << status.error_message()
                 << "); start it or set --server / ADCTL_SERVER\n";
       return kExitUnreachable;

@@ -1,7 +1,9 @@
 // adctl: the command line of the adctl training-job service (thin over adctl.v1.JobService).
 //
 // Exit codes: 0 ok / job SUCCEEDED, 1 job FAILED or server error, 2 usage or validation error
-// (also unknown job ids), 3 job CANCELLED, 4 --timeout passed, 5 adctld unreachable.
+// (also unknown job ids, TLS set up wrong), 3 job CANCELLED, 4 --timeout passed, 5 adctld
+// unreachable, 6 `wait`: the job is PAUSED.
+#include <grpc/support/log.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -107,9 +109,9 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
                                   st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
       // adctld went away after we reached it: most likely a restart; keep trying a while.
       if (unreachable_since == 0) unreachable_since = Now();
-      if (Now() - unreachable_since > 60) return ReportError(st, client.server());
+      if (Now() - unreachable_since > 60) return client.ReportError(st);
     } else {
-      return ReportError(st, client.server());
+      return client.ReportError(st);
     }
     if (deadline > 0 && Now() >= deadline) {
       std::cerr << "adctl: timed out after " << FormatDuration(timeout_seconds) << " waiting for "
@@ -198,12 +200,12 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds, boo
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE &&
         st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
         st.error_code() != grpc::StatusCode::CANCELLED) {
-      return ReportError(st, client.server());
+      return client.ReportError(st);
     }
     // The stream broke (adctld restarting): try again for a while.
-    if (!ever_connected) return ReportError(st, client.server());
+    if (!ever_connected) return client.ReportError(st);
     if (unreachable_since == 0) unreachable_since = Now();
-    if (Now() - unreachable_since > 60) return ReportError(st, client.server());
+    if (Now() - unreachable_since > 60) return client.ReportError(st);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
@@ -355,7 +357,8 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
             << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
             << "Attempt:    " << job.attempt() << "  restarts " << job.restarts() << "/"
             << job.max_restarts() << "\n"
-            << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago\n"
+            << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago"
+            << (job.submitted_by().empty() ? "" : " by " + job.submitted_by()) << "\n"
             << "Directory:  " << job.job_dir() << "\n";
   if (job.launcher() == "slurm") {
     const v1::ClusterJob& cj = job.cluster_job();
@@ -420,10 +423,10 @@ int Logs(Client& c, const std::string& job_id, const LogsArgs& a) {
     if (st.ok()) return 0;
     const bool gone = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                       st.error_code() == grpc::StatusCode::CANCELLED;
-    if (!a.follow || !ever_connected || !gone) return ReportError(st, c.server());
+    if (!a.follow || !ever_connected || !gone) return c.ReportError(st);
     // adctld went away mid-stream: most likely a restart; keep trying a while.
     if (unreachable_since == 0) unreachable_since = Now();
-    if (Now() - unreachable_since > 60) return ReportError(st, c.server());
+    if (Now() - unreachable_since > 60) return c.ReportError(st);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
@@ -511,7 +514,7 @@ int Download(Client& c, const std::string& job_id, const std::string& relative,
   out.close();
   if (!st.ok() || !out || got != expected) {
     fs::remove(part, ec);
-    if (!st.ok()) return ReportError(st, c.server());
+    if (!st.ok()) return c.ReportError(st);
     std::cerr << "adctl: " << relative << ": received " << got << " of " << expected << " bytes\n";
     return kExitFailed;
   }
@@ -615,10 +618,13 @@ int Devices(Client& c, const Globals& g) {
 using namespace adctl::cli;  // NOLINT: the entry point only
 
 int main(int argc, char** argv) {
+  // gRPC's own log lines (a failed TLS handshake prints one) are not for adctl's users: adctl
+  // says what went wrong itself. With GRPC_VERBOSITY set they stay.
+  if (getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
   CLI::App app{
       "adctl — submit and control AnimateDiff training jobs on an adctld coordinator.\n"
       "Exit codes: 0 ok/SUCCEEDED, 1 FAILED or server error, 2 usage or validation error,\n"
-      "3 CANCELLED, 4 timed out, 5 adctld unreachable."};
+      "3 CANCELLED, 4 timed out, 5 adctld unreachable, 6 (wait) the job is PAUSED."};
   app.require_subcommand(1);
   Globals g;
   app.add_option("--server", g.server,
@@ -635,6 +641,11 @@ int main(int argc, char** argv) {
   auto run = [&](auto command) {
     return [&rc, &g, command] {
       Client c(ResolveConnection(g.server));
+      if (!c.setup_error().empty()) {
+        std::cerr << "adctl: " << c.setup_error() << "\n";
+        rc = kExitUsage;
+        return;
+      }
       rc = command(c);
     };
   };

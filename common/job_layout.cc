@@ -39,6 +39,10 @@ std::string JobLayout::rank_exit(int attempt, int rank) const {
   return attempt_logs(attempt) + "/rank-" + std::to_string(rank) + ".exit";
 }
 
+std::string JobLayout::rank_pending_reports(int attempt, int rank) const {
+  return attempt_logs(attempt) + "/rank-" + std::to_string(rank) + ".pending";
+}
+
 std::string JobLayout::rendezvous(int attempt) const {
   return dir_ + "/rendezvous/attempt-" + std::to_string(attempt);
 }

@@ -36,6 +36,8 @@ class JobLayout {
   std::string attempt_logs(int attempt) const;
   std::string rank_log(int attempt, int rank) const;
   std::string rank_exit(int attempt, int rank) const;
+  // What the rank could not deliver to adctld yet (adctl.v1.PendingReports).
+  std::string rank_pending_reports(int attempt, int rank) const;
   std::string rendezvous(int attempt) const;
   std::string samples() const;
   std::string samples_step(int64_t step) const;

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <map>
 
+#include "common/sha256.h"
+
 namespace adctl {
 
 const std::vector<ExitCodeInfo>& WorkerExitCodes() {
@@ -38,6 +40,10 @@ ExitClass ClassifyExitCode(int code) {
 std::string DescribeExitCode(int code) {
   const ExitCodeInfo* info = FindExitCode(code);
   return info != nullptr ? info->description : "";
+}
+
+std::string RankToken(const std::string& attempt_key, int rank) {
+  return Sha256Hex(attempt_key + "/rank/" + std::to_string(rank));
 }
 
 // --- WorkerAssignment --------------------------------------------------------------------------

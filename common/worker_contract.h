@@ -49,8 +49,15 @@ std::string DescribeExitCode(int code);
 
 // --- Launch ------------------------------------------------------------------------------------
 
-// The environment variable that carries the per-job token (a secret: never on the command line).
+// The environment variable that carries a rank's token (a secret: never on the command line).
 constexpr char kWorkerTokenEnv[] = "ADCTL_TOKEN";
+// A slurm attempt's ranks all get one environment: it carries the attempt's key instead, and
+// the rank shepherd of each task turns it into that task's rank token (and drops it).
+constexpr char kAttemptKeyEnv[] = "ADCTL_ATTEMPT_KEY";
+// The token rank `rank` of an attempt reports with. `attempt_key` is the SHA-256 (hex) of the
+// attempt's random token, which is what adctld keeps: adctld checks a rank's token without the
+// secret, and a rank that holds its own cannot compute another rank's.
+std::string RankToken(const std::string& attempt_key, int rank);
 // The most metric points one ReportMetrics call may carry: adctld refuses a larger call
 // (INVALID_ARGUMENT), and a rank sends a longer backlog in calls of this size.
 constexpr size_t kMaxPointsPerReport = 1000;

@@ -287,6 +287,10 @@ int main(int argc, char** argv) {
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
                  "neither, gRPC is served only on <data-dir>/adctld.sock and HTTP's JSON API "
                  "needs the token in <data-dir>/owner.token");
+  bool owner_only = false;
+  app.add_flag("--owner-only", owner_only,
+               "a submitter token may cancel, pause, resume and export only the jobs it "
+               "submitted (admins: any job; viewers: read every job)");
   app.add_option("--tls-cert", tls_cert,
                  "PEM certificate: serve gRPC and HTTP over TLS (with --tls-key)");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
@@ -361,6 +365,15 @@ int main(int argc, char** argv) {
     }
   }
   unsetenv("ADCTLD_TOKEN");  // ranks inherit adctld's environment
+  if (owner_only) {
+    if (!access.enabled()) {
+      spdlog::error(
+          "--owner-only needs tokens (--tokens-file or ADCTLD_TOKEN): without them "
+          "every caller is adctld's own user");
+      return 2;
+    }
+    access.LimitSubmittersToTheirOwnJobs();
+  }
 
   // TLS: the PEM files are read now, so a wrong path fails the start naming the flag.
   struct {
@@ -516,14 +529,24 @@ int main(int argc, char** argv) {
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });
 
   adctl::JobQueries queries(store->get(), &supervisor);
-  adctl::MotionExports exports(&queries);
+  adctl::MotionExports exports(&queries, &supervisor.recorder());
+  if (!tls_client_ca.empty() && !open_access) access.RequireClientCertificate();
   adctl::JobServiceImpl job_service(&supervisor.jobs(), &queries, &exports, &access);
   adctl::WorkerServiceImpl worker_service(&supervisor.workers());
+  // What ranks kept in their job folder while adctld could not take it (killed ranks too).
+  supervisor.monitor().SetAttemptEndedHook(
+      [&worker_service](const adctl::JobRecord& job, int attempt, int world_size) {
+        worker_service.DeliverPendingReports(job.job_dir, job.id, attempt, world_size);
+      });
   std::shared_ptr<grpc::ServerCredentials> server_credentials = grpc::InsecureServerCredentials();
   if (!tls_cert.empty() && !open_access) {
-    grpc::SslServerCredentialsOptions ssl(
-        tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    // Mutual TLS asks every client for a certificate and verifies any it gets, but requires
+    // none at the handshake: ranks call WorkerService on their rank's token (a certificate per
+    // rank would have to reach every node), while JobService and reflection refuse a caller
+    // without a verified certificate (AccessPolicy::RequireClientCertificate).
+    grpc::SslServerCredentialsOptions ssl(tls_client_ca.empty()
+                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
     ssl.pem_key_cert_pairs.push_back({tls_pem.key, tls_pem.cert});
     ssl.pem_root_certs = tls_pem.client_ca;
     server_credentials = grpc::SslServerCredentials(ssl);
@@ -622,7 +645,8 @@ int main(int argc, char** argv) {
                          {"worker_binary", options.worker_binary},
                          {"tls",
                           {{"grpc", !tls_cert.empty() && !open_access},
-                           {"http", !tls_cert.empty() && !http_address.empty()}}},
+                           {"http", !tls_cert.empty() && !http_address.empty()},
+                           {"client_certificates", !tls_client_ca.empty()}}},
                          {"tokens", !open_access}};
   {
     std::ofstream out(layout.info() + ".tmp");
@@ -636,7 +660,10 @@ int main(int argc, char** argv) {
       http_address.empty() ? "off" : http_address, devices.size(), unit, data_dir,
       options.worker_binary,
       access.enabled()
-          ? std::to_string(access.size()) + " token(s)"
+          ? std::to_string(access.size()) + " token(s)" +
+                (access.client_certificate_required()
+                     ? std::string(" and a client certificate (ranks: their token)")
+                     : std::string())
           : "no tokens: gRPC on the Unix socket only" +
                 (socket_group.empty() ? std::string(" (adctld's user)")
                                       : " (adctld's user and group " + socket_group + ")") +

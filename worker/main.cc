@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/data_dir_layout.h"
+#include "common/job_layout.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/worker_contract.h"
@@ -159,6 +160,9 @@ int Train(const TrainArgs& a) {
       return connected.status().code() == StatusCode::kUnavailable ? kExitTransient : kExitBadSpec;
     }
     client = connected->get();
+    if (!o.job_dir.empty()) {
+      client->SetSpillPath(JobLayout(o.job_dir).rank_pending_reports(o.attempt, o.rank));
+    }
     sinks.push_back(std::move(*connected));
   }
   auto reporter = MakeFanOutReporter(std::move(sinks));

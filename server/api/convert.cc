@@ -46,6 +46,7 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
   p->set_updated_at(job.progress.updated_at);
   out->set_launcher(job.launcher);
+  out->set_submitted_by(job.submitted_by);
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }
 

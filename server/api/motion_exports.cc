@@ -1,5 +1,7 @@
 #include "server/api/motion_exports.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -36,12 +38,13 @@ Result<std::vector<ArtifactView>> FilesOf(const std::string& job_dir, const std:
 }  // namespace
 
 Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t step,
-                                           const std::string& format_name) {
+                                           const std::string& format_name, const Requester& by) {
   auto format = ParseExportFormat(format_name);
   if (!format.ok()) return InvalidArgument("format: " + format.status().message());
   if (step < 0) return InvalidArgument("step: must be >= 0, got " + std::to_string(step));
   auto job = queries_->GetJob(job_id, /*with_ranks=*/false);
   if (!job.ok()) return job.status();
+  ADCTL_RETURN_IF_ERROR(CheckMayActOn(by, job->job, "export"));
   auto checkpoints = queries_->ListCheckpoints(job_id);
   if (!checkpoints.ok()) return checkpoints.status();
 
@@ -98,6 +101,12 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
   auto files = FilesOf(layout.dir(), out);
   if (!files.ok()) return files.status();
   result.files = std::move(files.value());
+  Status noted = recorder_->AddEvent(
+      job_id, job->job.attempt, "exported", "info",
+      "exported by " + (by.name.empty() ? std::string("user") : by.name) + ": step " +
+          std::to_string(result.step) + " as " + ExportFormatName(*format) +
+          (result.created ? " (written to " : " (already in ") + result.relative + ")");
+  if (!noted.ok()) spdlog::warn("job {}: the export's event: {}", job_id, noted.message());
   return result;
 }
 

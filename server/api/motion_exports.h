@@ -13,6 +13,8 @@
 #include "common/motion_export.h"
 #include "common/status.h"
 #include "server/api/job_queries.h"
+#include "server/supervisor/job_manager.h"
+#include "server/supervisor/job_recorder.h"
 
 namespace adctl {
 
@@ -27,15 +29,20 @@ struct MotionExport {
 
 class MotionExports {
  public:
-  explicit MotionExports(const JobQueries* queries) : queries_(queries) {}
+  // `recorder`: where each export's event goes (who asked, which step, written or reused).
+  MotionExports(const JobQueries* queries, JobRecorder* recorder)
+      : queries_(queries), recorder_(recorder) {}
 
   // `step` 0: the newest committed checkpoint. Errors: InvalidArgument (format), NotFound
   // (no such checkpoint, naming the committed steps), FailedPrecondition (none committed, or a
-  // checkpoint without motion modules), DataLoss (the checkpoint fails verification).
-  Result<MotionExport> Export(const std::string& job_id, int64_t step, const std::string& format);
+  // checkpoint without motion modules), DataLoss (the checkpoint fails verification),
+  // PermissionDenied (`by` may act only on its own jobs: CheckMayActOn).
+  Result<MotionExport> Export(const std::string& job_id, int64_t step, const std::string& format,
+                              const Requester& by = {});
 
  private:
   const JobQueries* const queries_;
+  JobRecorder* const recorder_;
   std::mutex mu_;  // serialises exports (they write up to gigabytes)
 };
 

@@ -127,6 +127,7 @@ AccessDecision AccessPolicy::Check(const std::string& bearer, Role needed) const
     return d;
   }
   d.who = match->name;
+  d.own_jobs_only = owner_only_ && match->role == Role::kSubmitter;
   if (static_cast<int>(match->role) < static_cast<int>(needed)) {
     d.kind = AccessDecision::Kind::kDenied;
     d.message = "token '" + match->name + "' is a " + RoleName(match->role) + "; this needs " +

@@ -22,8 +22,9 @@ const char* RoleName(Role role);
 struct AccessDecision {
   enum class Kind { kAllowed, kUnauthenticated, kDenied };
   Kind kind = Kind::kAllowed;
-  std::string message;  // why not; never contains the token
-  std::string who;      // the token's name when allowed ("" with no tokens configured)
+  std::string message;         // why not; never contains the token
+  std::string who;             // the token's name when allowed ("" with no tokens configured)
+  bool own_jobs_only = false;  // a submitter under --owner-only: its commands only on its jobs
   bool allowed() const { return kind == Kind::kAllowed; }
 };
 
@@ -45,6 +46,15 @@ class AccessPolicy {
   // `bearer`: the token the caller sent ("" when none).
   AccessDecision Check(const std::string& bearer, Role needed) const;
 
+  // Mutual TLS (--tls-client-ca): JobService callers must also present a client certificate
+  // the CA signed. The listener only asks for one (ranks reach WorkerService on their rank's
+  // token without), so the services that need it check it (CheckGrpcCaller).
+  void RequireClientCertificate() { client_certificate_required_ = true; }
+  // --owner-only: a submitter's commands (cancel, pause, resume, export) act only on the jobs
+  // that token submitted; viewers still read every job, admins act on every job.
+  void LimitSubmittersToTheirOwnJobs() { owner_only_ = true; }
+  bool client_certificate_required() const { return client_certificate_required_; }
+
  private:
   struct Entry {
     std::string name;
@@ -53,6 +63,8 @@ class AccessPolicy {
   };
   Status Add(Entry entry);
   std::vector<Entry> entries_;
+  bool client_certificate_required_ = false;
+  bool owner_only_ = false;
 };
 
 // sha256(token) as 64 lowercase hex digits: what a tokens file stores.

@@ -29,13 +29,30 @@ std::string BearerToken(const grpc::ServerContext* ctx) {
   return value.rfind(prefix, 0) == 0 ? value.substr(prefix.size()) : value;
 }
 
+AccessDecision CheckGrpcCaller(const grpc::ServerContext* ctx, const AccessPolicy& access,
+                               Role needed) {
+  if (access.client_certificate_required()) {
+    const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+      AccessDecision d;
+      d.kind = AccessDecision::Kind::kUnauthenticated;
+      d.message =
+          "no client certificate: this adctld requires one signed by its --tls-client-ca (adctl: "
+          "ADCTL_TLS_CERT and ADCTL_TLS_KEY, or tls_cert: and tls_key: in "
+          "~/.config/adctl/config.yaml)";
+      return d;
+    }
+  }
+  return access.Check(BearerToken(ctx), needed);
+}
+
 grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, Role needed,
-                                       std::string* who) const {
-  const AccessDecision d = access_->Check(BearerToken(ctx), needed);
+                                       Requester* who) const {
+  const AccessDecision d = CheckGrpcCaller(ctx, *access_, needed);
   switch (d.kind) {
     case AccessDecision::Kind::kAllowed:
       // Without tokens the only callers are adctld's user's (its Unix socket): "owner".
-      if (who != nullptr) *who = access_->enabled() ? d.who : "owner";
+      if (who != nullptr) *who = Requester(access_->enabled() ? d.who : "owner", d.own_jobs_only);
       return grpc::Status::OK;
     case AccessDecision::Kind::kUnauthenticated:
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, d.message);
@@ -75,7 +92,7 @@ static grpc::Status JobReply(const Result<JobRecord>& job, v1::Job* resp) {
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  std::string who;
+  Requester who;
   ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   if (req->spec_yaml().empty()) {
     return ToGrpcStatus(InvalidArgument("spec_yaml: required (the job spec file's text)"));
@@ -86,7 +103,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   if (req->has_gpus()) r.gpus = req->gpus();
   if (req->has_priority()) r.priority = req->priority();
   r.submission_id = req->submission_id();
-  r.by = who;
+  r.by = who.name;
   auto submitted = jobs_->Submit(r);
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
   JobToProto(submitted->first, jobs_->WaitReason(submitted->first.id), resp->mutable_job());
@@ -122,7 +139,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                        v1::Job* resp) {
-  std::string who;
+  Requester who;
   ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   // The grace period's range is JobManager's (the HTTP side's too).
@@ -133,7 +150,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
 
 grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJobRequest* req,
                                       v1::Job* resp) {
-  std::string who;
+  Requester who;
   ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<double> grace;
@@ -143,7 +160,7 @@ grpc::Status JobServiceImpl::PauseJob(grpc::ServerContext* ctx, const v1::PauseJ
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                                        v1::Job* resp) {
-  std::string who;
+  Requester who;
   ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
   ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
   std::optional<int> gpus;
@@ -301,8 +318,9 @@ grpc::Status JobServiceImpl::ListSamples(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ExportMotionModules(grpc::ServerContext* ctx,
                                                  const v1::ExportMotionModulesRequest* req,
                                                  v1::ExportMotionModulesResponse* resp) {
-  ADCTL_AUTHORIZE(ctx, Role::kSubmitter);
-  auto exported = exports_->Export(req->job_id(), req->step(), req->format());
+  Requester who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
+  auto exported = exports_->Export(req->job_id(), req->step(), req->format(), who);
   if (!exported.ok()) return ToGrpcStatus(exported.status());
   MotionExportToProto(exported.value(), resp);
   return grpc::Status::OK;

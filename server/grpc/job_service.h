@@ -54,7 +54,7 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   // OK, UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (a role too low). `who`
   // (optional): the caller's name when allowed (the token's, "owner" without tokens).
-  grpc::Status Authorize(grpc::ServerContext* ctx, Role needed, std::string* who = nullptr) const;
+  grpc::Status Authorize(grpc::ServerContext* ctx, Role needed, Requester* who = nullptr) const;
   Result<v1::Job> LoadJob(const std::string& job_id, bool with_ranks) const;
 
   JobManager* const jobs_;
@@ -65,5 +65,10 @@ class JobServiceImpl final : public v1::JobService::Service {
 
 // The bearer token of a call ("" when none).
 std::string BearerToken(const grpc::ServerContext* ctx);
+
+// `access`'s decision on a gRPC caller: its bearer token and, when the policy requires one, its
+// verified client certificate (mutual TLS). JobService and reflection ask this.
+AccessDecision CheckGrpcCaller(const grpc::ServerContext* ctx, const AccessPolicy& access,
+                               Role needed);
 
 }  // namespace adctl

@@ -37,7 +37,7 @@ void AddFileWithDependencies(const pb::FileDescriptor* file, std::set<std::strin
 template <typename Request, typename Response>
 grpc::Status Serve(grpc::ServerContext* ctx, grpc::ServerReaderWriter<Response, Request>* stream,
                    const std::vector<std::string>& services, const AccessPolicy* access) {
-  const AccessDecision d = access->Check(BearerToken(ctx), Role::kViewer);
+  const AccessDecision d = CheckGrpcCaller(ctx, *access, Role::kViewer);
   if (d.kind == AccessDecision::Kind::kUnauthenticated) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, d.message);
   }

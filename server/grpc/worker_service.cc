@@ -1,5 +1,9 @@
 #include "server/grpc/worker_service.h"
 
+#include <cstdio>
+#include <fstream>
+
+#include "common/job_layout.h"
 #include "common/worker_contract.h"
 #include "proto/grpc_status.h"
 #include "server/api/convert.h"
@@ -75,8 +79,12 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
                                              const v1::ReportEventsRequest* req,
                                              v1::ReportEventsResponse* /*resp*/) {
   ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
-  const auto& ref = req->ref();
-  for (const v1::WorkerEvent& e : req->events()) {
+  return ToGrpcStatus(DeliverEvents(req->ref(), req->events()));
+}
+
+Status WorkerServiceImpl::DeliverEvents(
+    const v1::RankRef& ref, const google::protobuf::RepeatedPtrField<v1::WorkerEvent>& events) {
+  for (const v1::WorkerEvent& e : events) {
     Status st;
     switch (e.kind()) {
       case v1::WorkerEvent::KIND_TRAINING_STARTED:
@@ -111,9 +119,50 @@ grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
                                      e.message());
         break;
     }
-    ADCTL_GRPC_RETURN_IF_ERROR(st);
+    ADCTL_RETURN_IF_ERROR(st);
   }
-  return grpc::Status::OK;
+  return Status::Ok();
+}
+
+void WorkerServiceImpl::DeliverPendingReports(const std::string& job_dir, const std::string& job_id,
+                                              int attempt, int world_size) {
+  const JobLayout layout(job_dir);
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string path = layout.rank_pending_reports(attempt, rank);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;  // none: everything was delivered
+    const std::string who = "rank " + std::to_string(rank);
+    v1::PendingReports pending;
+    if (!pending.ParseFromIstream(&in) || pending.ref().job_id() != job_id ||
+        pending.ref().attempt() != attempt || pending.ref().rank() != rank) {
+      hub_->ReportWorkerEvent(job_id, attempt, rank, "warning",
+                              who + "'s undelivered reports in " + path +
+                                  " are not this rank's or cannot be read; left in place");
+      continue;
+    }
+    std::vector<MetricRecord> points;
+    Status st;
+    for (int i = 0; i < pending.points_size() && st.ok(); ++i) {
+      points.push_back(MetricFromProto(pending.points(i)));
+      if (points.size() == kMaxPointsPerReport || i + 1 == pending.points_size()) {
+        st = hub_->ReportMetrics(job_id, attempt, rank, std::move(points));
+        points.clear();
+      }
+    }
+    if (st.ok()) st = DeliverEvents(pending.ref(), pending.events());
+    if (!st.ok()) {
+      hub_->ReportWorkerEvent(job_id, attempt, rank, "warning",
+                              who + "'s undelivered reports in " + path +
+                                  " could not be taken: " + st.message() + "; left in place");
+      continue;
+    }
+    in.close();
+    std::remove(path.c_str());
+    hub_->ReportWorkerEvent(job_id, attempt, rank, "info",
+                            who + " could not send " + std::to_string(pending.points_size()) +
+                                " metric point(s) and " + std::to_string(pending.events_size()) +
+                                " event(s) before it ended; adctld took them from " + path);
+  }
 }
 
 }  // namespace adctl

@@ -120,11 +120,13 @@ std::string Bearer(const httplib::Request& req, std::string* problem) {
   return header.substr(prefix.size());
 }
 
-// Who makes a command: the name of the token it carries (the pre-routing check let it in).
-std::string Caller(const httplib::Request& req, const AccessPolicy* access) {
-  if (access == nullptr || !access->enabled()) return "";
+// Who makes a command: the name of the token it carries (the pre-routing check let it in) and
+// whether it may act only on its own jobs.
+Requester Caller(const httplib::Request& req, const AccessPolicy* access) {
+  if (access == nullptr || !access->enabled()) return {};
   std::string problem;
-  return access->Check(Bearer(req, &problem), Role::kSubmitter).who;
+  const AccessDecision d = access->Check(Bearer(req, &problem), Role::kSubmitter);
+  return Requester(d.who, d.own_jobs_only);
 }
 
 // A JSON array of metric points (adctl.v1.MetricPoint each).

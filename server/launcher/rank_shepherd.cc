@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/job_layout.h"
+#include "common/worker_contract.h"
 #include "server/launcher/shepherd.h"
 
 extern char** environ;
@@ -44,6 +45,11 @@ int RankShepherdMain(int argc, char** argv) {
                                    : "--job-dir, --attempt and the worker command are required",
                  usage);
     return 2;
+  }
+  // The task's rank token from the attempt's key: the worker holds only its own.
+  if (const char* key = std::getenv(kAttemptKeyEnv); key != nullptr && *key != '\0') {
+    setenv(kWorkerTokenEnv, RankToken(key, std::atoi(procid)).c_str(), 1);
+    unsetenv(kAttemptKeyEnv);
   }
   const std::string exit_path = JobLayout(job_dir).rank_exit(attempt, std::atoi(procid));
   const std::string exit_tmp = exit_path + ".tmp";

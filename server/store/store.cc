@@ -195,6 +195,11 @@ ALTER TABLE metrics ADD COLUMN videos_skipped_zero_frames INTEGER NOT NULL DEFAU
 ALTER TABLE metrics ADD COLUMN videos_skipped_truncated INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE metrics ADD COLUMN videos_skipped_too_short INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 11: who submitted each job (the token's name; --owner-only lets a submitter act only on
+    // its own). Older jobs have none: only an admin acts on them under --owner-only.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN submitted_by TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -312,7 +317,7 @@ const char kJobColumns[] =
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
     "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
-    "rendezvous_timeout_seconds, launcher, "
+    "rendezvous_timeout_seconds, launcher, submitted_by, "
     "COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
     "attempts.attempt = jobs.attempt), '')";
 
@@ -349,7 +354,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.progress.mfu_ratio = s.Double(28);
   j.rendezvous_timeout_seconds = s.Double(29);
   j.launcher = s.Text(30);
-  j.cluster_job = s.Text(31);
+  j.submitted_by = s.Text(31);
+  j.cluster_job = s.Text(32);
   return j;
 }
 
@@ -443,8 +449,8 @@ Status Store::InsertJob(const JobRecord& j, const std::string& by) {
   Stmt s(db_,
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
          "priority, max_restarts, grace_seconds, submitted_at, message, total_steps, "
-         "hang_timeout_seconds, checkpoint_dir, rendezvous_timeout_seconds, launcher) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "hang_timeout_seconds, checkpoint_dir, rendezvous_timeout_seconds, launcher, "
+         "submitted_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -456,7 +462,7 @@ Status Store::InsertJob(const JobRecord& j, const std::string& by) {
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
   s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir).Bind(j.rendezvous_timeout_seconds);
-  s.Bind(j.launcher);
+  s.Bind(j.launcher).Bind(by);
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;

@@ -62,6 +62,7 @@ struct JobRecord {
   JobProgress progress;
   std::string launcher = "local";  // "local" or "slurm" (resources.launcher or adctld's default)
   std::string cluster_job;         // the current attempt's Slurm job id ("" : none)
+  std::string submitted_by;        // the submitting token's name ("owner" tokenless; "" unknown)
 };
 
 struct RankRecord {

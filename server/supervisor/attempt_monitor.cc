@@ -185,6 +185,13 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   const ResourceSpec& resources = parsed.value()->resources;
   JobSpec rank_spec = *parsed.value();
   ClearLauncherFields(&rank_spec.resources);
+  // The ranks get the checkpoint folder as just checked, its symlinks resolved: their saver
+  // refuses to write once it resolves elsewhere (a swap after this launch).
+  if (!rank_spec.checkpoint.dir.empty()) {
+    std::error_code resolve_ec;
+    const auto resolved = std::filesystem::weakly_canonical(rank_spec.checkpoint.dir, resolve_ec);
+    if (!resolve_ec) rank_spec.checkpoint.dir = resolved.string();
+  }
   ADCTL_RETURN_IF_ERROR(
       WriteFileAtomically(JobLayout(job.job_dir).spec(), JobSpecToYaml(rank_spec)));
   // A fresh token per attempt: it stops working when the attempt ends, and adctld keeps only
@@ -444,6 +451,9 @@ bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
   if (a->launcher != nullptr && !a->cluster_job.empty()) a->launcher->EndAttempt(a->cluster_job);
   auto job = store_->GetJob(a->job_id);
   if (!job.ok()) return false;
+  if (attempt_ended_ && job->attempt == a->attempt) {
+    attempt_ended_(*job, a->attempt, static_cast<int>(a->ranks.size()));
+  }
   const bool all_ok =
       !a->ranks.empty() && std::all_of(a->ranks.begin(), a->ranks.end(), [](const RankProc& r) {
         return ClassifyExit(r.exit) == ExitClass::kSuccess;

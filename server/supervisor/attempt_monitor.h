@@ -123,6 +123,12 @@ class AttemptMonitor {
   Result<JobRecord> WithAttempt(const std::string& job_id,
                                 const std::function<Result<JobRecord>(AttemptControl&)>& operation);
 
+  // Called with the job (its record as the attempt ends), the attempt and its rank count when
+  // all of an attempt's ranks are gone, before the job's next state is decided (what the ranks
+  // left undelivered is taken then). Set before the first tick.
+  using AttemptEndedHook = std::function<void(const JobRecord& job, int attempt, int world_size)>;
+  void SetAttemptEndedHook(AttemptEndedHook hook) { attempt_ended_ = std::move(hook); }
+
   // Why a QUEUED job waits ("" when it does not), as of the last schedule.
   std::string WaitReason(const std::string& job_id);
   std::vector<DeviceStatus> Devices();
@@ -157,7 +163,8 @@ class AttemptMonitor {
   JobRecorder* const recorder_;
   ChangeFeed* const changes_;
   Clock* const clock_;
-  const std::string device_unit_;  // "GPU" or "CPU slot"
+  const std::string device_unit_;   // "GPU" or "CPU slot"
+  AttemptEndedHook attempt_ended_;  // set before the first tick
 
   std::mutex mu_;
   std::map<std::string, Attempt> active_;            // guarded by mu_; by job id

@@ -20,13 +20,24 @@ namespace adctl {
 namespace {
 
 // Who a command's event names: the token's name, or "user" when it is not known.
-std::string ByWhom(const std::string& by) { return by.empty() ? "user" : by; }
+std::string ByWhom(const Requester& by) { return by.name.empty() ? "user" : by.name; }
 
 std::string GraceText(double grace_seconds) {
   return "grace " + std::to_string(static_cast<int>(grace_seconds)) + " s";
 }
 
 }  // namespace
+
+Status CheckMayActOn(const Requester& who, const JobRecord& job, const char* verb) {
+  if (!who.own_jobs_only || job.submitted_by == who.name) return Status::Ok();
+  return Status(StatusCode::kPermissionDenied,
+                std::string(verb) + ": job " + job.id + " was submitted by " +
+                    (job.submitted_by.empty() ? std::string("an older adctld (no submitter kept)")
+                                              : "'" + job.submitted_by + "'") +
+                    "; token '" + who.name +
+                    "' may act only on its own jobs (adctld --owner-only; an admin may act on "
+                    "any)");
+}
 
 JobManager::JobManager(const SupervisorOptions& options, Store* store, AttemptMonitor* monitor,
                        JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
@@ -165,12 +176,13 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
 }
 
 Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<double> grace,
-                                     bool force, const std::string& by) {
+                                     bool force, const Requester& by) {
   const std::string who = ByWhom(by);
   if (grace) ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("grace_seconds", *grace));
   return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
     if (!job.ok()) return job.status();
+    ADCTL_RETURN_IF_ERROR(CheckMayActOn(by, *job, "cancel"));
     const double g = force ? 0 : grace.value_or(job->grace_seconds);
     switch (job->state) {
       case JobState::kSucceeded:
@@ -207,12 +219,13 @@ Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<do
 }
 
 Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<double> grace,
-                                    const std::string& by) {
+                                    const Requester& by) {
   const std::string who = ByWhom(by);
   if (grace) ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("grace_seconds", *grace));
   return monitor_->WithAttempt(job_id, [&](AttemptControl& attempt) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
     if (!job.ok()) return job.status();
+    ADCTL_RETURN_IF_ERROR(CheckMayActOn(by, *job, "pause"));
     const double g = grace.value_or(job->grace_seconds);
     switch (job->state) {
       case JobState::kQueued:
@@ -239,11 +252,12 @@ Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<dou
 }
 
 Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<int> gpus,
-                                     const std::string& by) {
+                                     const Requester& by) {
   const std::string who = ByWhom(by);
   return monitor_->WithAttempt(job_id, [&](AttemptControl&) -> Result<JobRecord> {
     auto job = store_->GetJob(job_id);
     if (!job.ok()) return job.status();
+    ADCTL_RETURN_IF_ERROR(CheckMayActOn(by, *job, "resume"));
     if (job->state != JobState::kPaused) {
       return FailedPrecondition("resume: job " + job_id + " is " + JobStateName(job->state) +
                                 "; only PAUSED jobs can be resumed");

@@ -24,6 +24,21 @@
 
 namespace adctl {
 
+// Who asks for a command on a job: the token's name (the job's events say who; "" : "user"), and
+// whether that token may act only on the jobs it submitted (adctld --owner-only, a submitter).
+struct Requester {
+  Requester() = default;
+  Requester(std::string token_name, bool own_jobs_only = false)  // NOLINT: a name alone is common
+      : name(std::move(token_name)), own_jobs_only(own_jobs_only) {}
+  Requester(const char* token_name) : name(token_name) {}  // NOLINT: as above
+  std::string name;
+  bool own_jobs_only = false;
+};
+
+// OK when `who` may `verb` (cancel, pause, resume, export) `job`; PermissionDenied naming the
+// job's submitter when `who` may act only on its own jobs and did not submit it.
+Status CheckMayActOn(const Requester& who, const JobRecord& job, const char* verb);
+
 struct SubmitRequest {
   std::string spec_yaml;
   std::vector<std::string> overrides;
@@ -42,14 +57,14 @@ class JobManager {
   Result<std::pair<JobRecord, bool>> Submit(const SubmitRequest& request);
   // `force`: SIGKILL now. Otherwise SIGTERM, then SIGKILL after the grace period (default: the
   // spec's resources.grace_seconds).
-  // `by` names who asks (a token's name) in the job's events ("": "user").
+  // `by` names who asks in the job's events and may limit it to its own jobs (CheckMayActOn).
   Result<JobRecord> Cancel(const std::string& job_id, std::optional<double> grace_seconds,
-                           bool force, const std::string& by = "");
+                           bool force, const Requester& by = {});
   Result<JobRecord> Pause(const std::string& job_id, std::optional<double> grace_seconds,
-                          const std::string& by = "");
+                          const Requester& by = {});
   // `gpus`: resume on another rank count, keeping the global batch through train.grad_accum.
   Result<JobRecord> Resume(const std::string& job_id, std::optional<int> gpus,
-                           const std::string& by = "");
+                           const Requester& by = {});
   // Why a QUEUED job waits ("" otherwise).
   std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
 

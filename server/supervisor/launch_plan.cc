@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/job_layout.h"
+#include "common/sha256.h"
 #include "common/worker_contract.h"
 
 namespace adctl {
@@ -93,7 +94,13 @@ std::vector<RankLaunch> PlanAttemptLaunch(const AttemptLaunchInput& input,
     } else if (cpu) {
       l.env.emplace_back("CUDA_VISIBLE_DEVICES", "");
     }  // a GPU task: Slurm sets CUDA_VISIBLE_DEVICES (--gpus-per-task=1)
-    l.env.emplace_back(kWorkerTokenEnv, input.token);
+    // Each rank holds only its own token. A slurm attempt has one environment for all its
+    // tasks: the attempt's key, which each task's shepherd turns into its rank's token.
+    if (input.cluster) {
+      l.env.emplace_back(kAttemptKeyEnv, Sha256Hex(input.token));
+    } else {
+      l.env.emplace_back(kWorkerTokenEnv, RankToken(Sha256Hex(input.token), rank));
+    }
     if (!input.tls_ca.empty()) l.env.emplace_back("ADCTL_TLS_CA", input.tls_ca);
     l.log_path = layout.rank_log(input.attempt, rank);
     l.exit_path = layout.rank_exit(input.attempt, rank);

@@ -43,6 +43,7 @@ class Supervisor {
   AttemptMonitor& monitor() { return monitor_; }
   WorkerHub& workers() { return workers_; }
   ChangeFeed& changes() { return changes_; }
+  JobRecorder& recorder() { return recorder_; }
   ParsedSpecs& specs() { return recorder_.specs(); }
 
  private:

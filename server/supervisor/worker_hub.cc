@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/job_layout.h"
+#include "common/worker_contract.h"
 #include "server/supervisor/secrets.h"
 
 namespace adctl {
@@ -38,13 +39,16 @@ Status WorkerHub::Authorize(const std::string& job_id, int attempt, int rank,
     return Status(StatusCode::kPermissionDenied,
                   "job " + job_id + " has no attempt " + std::to_string(attempt));
   }
-  if (token.empty() || a->token_sha256.empty() || !SameSecret(Sha256Hex(token), a->token_sha256)) {
-    return Status(StatusCode::kPermissionDenied, which + ": wrong or missing token");
-  }
   if (rank < 0 || rank >= a->world_size) {
     return Status(StatusCode::kPermissionDenied, which + " has no rank " + std::to_string(rank) +
                                                      " (" + std::to_string(a->world_size) +
                                                      " ranks)");
+  }
+  // A rank's token is its own (RankToken): one rank cannot report as another.
+  if (token.empty() || a->token_sha256.empty() ||
+      !SameSecret(Sha256Hex(token), Sha256Hex(RankToken(a->token_sha256, rank)))) {
+    return Status(StatusCode::kPermissionDenied,
+                  which + " rank " + std::to_string(rank) + ": wrong or missing token");
   }
   if (a->ended_at > 0 || attempt != job->attempt || IsTerminal(job->state)) {
     return FailedPrecondition(which + " has ended; its token is no longer accepted");

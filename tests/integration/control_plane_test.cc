@@ -438,7 +438,9 @@ TEST_F(ControlPlaneTest, StopWithOnStopPauseCheckpointsAndLeavesJobsPaused) {
 }
 
 // A CA and a certificate for 127.0.0.1 signed by it, made with openssl in `d` (ca.pem,
-// server.pem, server.key); "" (and a test failure) when openssl fails.
+// server.pem, server.key), a client certificate it signed (client.pem, client.key), and a
+// second CA with a client certificate of its own (other-ca.pem, other-client.pem/.key); ""
+// (and a test failure) when openssl fails.
 std::string MakeTestCertificates(const std::string& d) {
   fs::create_directories(d);
   const std::string make =
@@ -447,7 +449,15 @@ std::string MakeTestCertificates(const std::string& d) {
       "-subj '/CN=adctl test CA' && openssl req -newkey rsa:2048 -nodes -keyout server.key "
       "-out server.csr -subj '/CN=localhost' && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' "
       "> ext.cnf && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-      "-out server.pem -days 1 -extfile ext.cnf";
+      "-out server.pem -days 1 -extfile ext.cnf"
+      " && openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
+      "-subj '/CN=ci-pipeline' && openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -out client.pem -days 1"
+      " && openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem "
+      "-days 1 -subj '/CN=another CA' && openssl req -newkey rsa:2048 -nodes -keyout "
+      "other-client.key -out other-client.csr -subj '/CN=stranger' && openssl x509 -req -in "
+      "other-client.csr -CA other-ca.pem -CAkey other-ca.key -CAcreateserial -out "
+      "other-client.pem -days 1";
   if (system((make + " > openssl.log 2>&1").c_str()) != 0) {
     ADD_FAILURE() << ReadFile(d + "/openssl.log");
     return "";
@@ -507,6 +517,51 @@ TEST_F(ControlPlaneTest, TlsServesGrpcAndHttpsAndRanksVerifyAdctld) {
   auto plain = c.Adctl({"ls"});
   EXPECT_NE(plain.exit_code, 0) << plain.out;
   ExpectHttpsVerifiesWith(c, d + "/ca.pem");
+}
+
+// Mutual TLS: adctl presents a client certificate the CA signed; the ranks reach WorkerService
+// on their rank tokens without one, so the job runs. TLS set up wrong exits 2 with a message
+// of adctl's own, no gRPC log line.
+TEST_F(ControlPlaneTest, MutualTlsRunsAJobAndNamesTlsMistakes) {
+  coordinator_.reset();
+  Coordinator c(1, "s3cret-mtls");
+  c.Start();
+  const std::string d = MakeTestCertificates(c.dir() + "/tls");
+  ASSERT_FALSE(d.empty());
+  c.Stop();
+  c.ForgetAddresses();
+  c.SetExtraArgs({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key", "--tls-ca",
+                  d + "/ca.pem", "--tls-client-ca", d + "/ca.pem"});
+  const std::vector<std::string> good = {"ADCTL_TLS_CA=" + d + "/ca.pem",
+                                         "ADCTL_TLS_CERT=" + d + "/client.pem",
+                                         "ADCTL_TLS_KEY=" + d + "/client.key"};
+  c.SetClientEnv(good);
+  c.Start();
+  auto info = nlohmann::json::parse(ReadFile(c.dir() + "/data/adctld.json"));
+  EXPECT_TRUE(info["tls"].value("client_certificates", false)) << info.dump();
+  auto r = c.Adctl({"submit", c.WriteSpec("mtls", TinySpec(2)), "--wait", "--timeout", "240"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // What a user gets wrong, each named (and exit 2: fixing the setup, not retrying, helps).
+  const auto expect_mistake = [&c](const std::vector<std::string>& env, const std::string& says) {
+    c.SetClientEnv(env);
+    CommandResult got = c.Adctl({"ls"});
+    EXPECT_EQ(got.exit_code, 2) << says << "\n" << got.err;
+    EXPECT_NE(got.err.find(says), std::string::npos) << got.err;
+    EXPECT_EQ(got.err.find(".cc:"), std::string::npos) << "a raw gRPC log line: " << got.err;
+  };
+  expect_mistake({"ADCTL_TLS_CA=" + d + "/ca.pem"}, "no client certificate: this adctld requires");
+  expect_mistake({"ADCTL_TLS_CA=" + d + "/ca.pem", "ADCTL_TLS_CERT=" + d + "/other-client.pem",
+                  "ADCTL_TLS_KEY=" + d + "/other-client.key"},
+                 "refused this client's certificate");
+  expect_mistake({"ADCTL_TLS_CA=" + d + "/other-ca.pem", "ADCTL_TLS_CERT=" + d + "/client.pem",
+                  "ADCTL_TLS_KEY=" + d + "/client.key"},
+                 "does not verify: set it to the CA that signed adctld's --tls-cert");
+  expect_mistake({"ADCTL_TLS_CA=" + d + "/missing.pem"},
+                 "ADCTL_TLS_CA " + d + "/missing.pem: cannot be read as a PEM file");
+  expect_mistake({"ADCTL_TLS_CA=" + d + "/ca.pem", "ADCTL_TLS_CERT=" + d + "/client.pem"},
+                 "ADCTL_TLS_CERT and ADCTL_TLS_KEY: give both, or neither");
+  expect_mistake({}, "set ADCTL_TLS_CA to the CA of its certificate");
 }
 
 TEST_F(ControlPlaneTest, WaitExitCodesAndWhyAJobWaits) {
@@ -609,6 +664,9 @@ TEST_F(ControlPlaneTest, SamplesAreListedAndDownloadedAndCheckpointsExport) {
   const auto config = nlohmann::json::parse(ReadFile(c.dir() + "/ma/config.json"));
   EXPECT_EQ(config["motion_norm"], "per_frame");
   EXPECT_TRUE(fs::exists(c.dir() + "/ma/diffusion_pytorch_model.safetensors"));
+  // Each export is an event naming who asked (tokenless: the owner) and what it did.
+  EXPECT_TRUE(AnyEventContains(id, "exported by owner: step 2 as animatediff (already in "));
+  EXPECT_TRUE(AnyEventContains(id, "exported by owner: step 1 as diffusers (written to "));
 
   CommandResult missing =
       c.Adctl({"export", id, "--step", "7", "--format", "diffusers", "--out", c.dir() + "/x"});

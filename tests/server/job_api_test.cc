@@ -45,7 +45,7 @@ class JobApiTest : public ::testing::Test {
     o.devices = CpuSlots(1);
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
-    exports_ = std::make_unique<MotionExports>(queries_.get());
+    exports_ = std::make_unique<MotionExports>(queries_.get(), &supervisor_->recorder());
     ASSERT_TRUE(access_.AddPlainToken("ci", Role::kAdmin, "s3cret-admin").ok());
     ASSERT_TRUE(access_.AddPlainToken("dashboard", Role::kViewer, "s3cret-viewer").ok());
     ASSERT_TRUE(access_.AddPlainToken("pipeline", Role::kSubmitter, "s3cret-submitter").ok());
@@ -233,6 +233,52 @@ TEST_F(JobApiTest, CommandsEventsNameTheTokenThatMadeThem) {
   EXPECT_NE(said.find("paused by ci before it started"), std::string::npos) << said;
   EXPECT_NE(said.find("resumed by pipeline"), std::string::npos) << said;
   EXPECT_NE(said.find("cancelled by ci"), std::string::npos) << said;
+}
+
+// adctld --owner-only: a submitter commands only the jobs it submitted (the job records who),
+// reads every job; an admin commands any.
+TEST_F(JobApiTest, UnderOwnerOnlyASubmitterCommandsOnlyItsOwnJobs) {
+  ASSERT_TRUE(access_.AddPlainToken("other-team", Role::kSubmitter, "s3cret-other").ok());
+  access_.LimitSubmittersToTheirOwnJobs();
+  v1::SubmitJobRequest submit;
+  submit.set_spec_yaml("name: t\nmodel: {preset: tiny}\n");
+  v1::SubmitJobResponse mine, theirs;
+  ASSERT_TRUE(stub_->SubmitJob(Ctx("s3cret-submitter").get(), submit, &mine).ok());
+  ASSERT_TRUE(stub_->SubmitJob(Ctx("s3cret-other").get(), submit, &theirs).ok());
+  EXPECT_EQ(mine.job().submitted_by(), "pipeline");
+  EXPECT_EQ(theirs.job().submitted_by(), "other-team");
+
+  v1::Job job;
+  v1::GetJobRequest get;
+  get.set_job_id(theirs.job().id());
+  ASSERT_TRUE(stub_->GetJob(Ctx("s3cret-submitter").get(), get, &job).ok());  // reading: any
+  EXPECT_EQ(job.submitted_by(), "other-team");
+
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(theirs.job().id());
+  grpc::Status refused = stub_->CancelJob(Ctx("s3cret-submitter").get(), cancel, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(refused.error_message(),
+            "cancel: job " + theirs.job().id() +
+                " was submitted by 'other-team'; token 'pipeline' may act only on its own jobs "
+                "(adctld --owner-only; an admin may act on any)");
+  v1::PauseJobRequest pause;
+  pause.set_job_id(theirs.job().id());
+  EXPECT_EQ(stub_->PauseJob(Ctx("s3cret-submitter").get(), pause, &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::ExportMotionModulesRequest exp;
+  exp.set_job_id(theirs.job().id());
+  exp.set_format("diffusers");
+  v1::ExportMotionModulesResponse exported;
+  EXPECT_EQ(stub_->ExportMotionModules(Ctx("s3cret-submitter").get(), exp, &exported).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(store_->GetJob(theirs.job().id())->state, JobState::kQueued);  // untouched
+
+  // Its own job, and an admin on anyone's.
+  pause.set_job_id(mine.job().id());
+  EXPECT_TRUE(stub_->PauseJob(Ctx("s3cret-submitter").get(), pause, &job).ok());
+  EXPECT_TRUE(stub_->CancelJob(Ctx("s3cret-admin").get(), cancel, &job).ok());
+  EXPECT_EQ(job.state(), v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobApiTest, ListPagesAndFiltersByState) {

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "common/sha256.h"
 #include "common/worker_contract.h"
 
 namespace adctl {
@@ -54,7 +55,10 @@ TEST(LaunchPlanTest, EachRankGetsItsAssignmentOnTheCommandLine) {
     auto env = ToMap(l.env);
     EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], rank == 0 ? "GPU-a" : "GPU-b");
     EXPECT_EQ(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");  // CUDA's numbering = NVML's
-    EXPECT_EQ(env[kWorkerTokenEnv], "secret");
+    // Each rank holds its own token, not the attempt's secret.
+    EXPECT_EQ(env[kWorkerTokenEnv], RankToken(Sha256Hex(std::string("secret")), rank));
+    EXPECT_NE(env[kWorkerTokenEnv], RankToken(Sha256Hex(std::string("secret")), 1 - rank));
+    EXPECT_EQ(env.count(kAttemptKeyEnv), 0u);
     EXPECT_EQ(env.count("RANK"), 0u);  // argv, not env, carries the assignment
   }
 }
@@ -96,7 +100,10 @@ TEST(LaunchPlanTest, ClusterRanksShareOneCommandLineAndTheOperatorsNetworkSettin
   const auto plan = PlanAttemptLaunch(in, base);
   // A GPU task's CUDA_VISIBLE_DEVICES is Slurm's (--gpus-per-task=1).
   EXPECT_EQ(ToMap(plan[0].env).count("CUDA_VISIBLE_DEVICES"), 0u);
-  EXPECT_EQ(ToMap(plan[0].env)[kWorkerTokenEnv], "secret");
+  // One environment for every task: the attempt's key, which each task's shepherd turns into
+  // its rank's token (never the secret itself).
+  EXPECT_EQ(ToMap(plan[0].env)[kAttemptKeyEnv], Sha256Hex(std::string("secret")));
+  EXPECT_EQ(ToMap(plan[0].env).count(kWorkerTokenEnv), 0u);
 
   const std::vector<std::string> argv = PlanClusterArgv(in);
   ASSERT_GE(argv.size(), 2u);

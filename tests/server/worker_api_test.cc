@@ -34,8 +34,13 @@ class WorkerApiTest : public ::testing::Test {
     o.heartbeat_interval_ms = 100;
     o.metrics_max_points = kMaxPoints;
     supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
-    ASSERT_TRUE(supervisor_->Start().ok());
     service_ = std::make_unique<WorkerServiceImpl>(&supervisor_->workers());
+    // As adctld wires it: what ranks left undelivered is taken when their attempt ends.
+    supervisor_->monitor().SetAttemptEndedHook(
+        [this](const JobRecord& job, int attempt, int world_size) {
+          service_->DeliverPendingReports(job.job_dir, job.id, attempt, world_size);
+        });
+    ASSERT_TRUE(supervisor_->Start().ok());
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -57,9 +62,10 @@ class WorkerApiTest : public ::testing::Test {
     }
     std::ifstream in(token_file);
     ASSERT_TRUE(std::getline(in, token_)) << token_file;
-    ASSERT_EQ(token_.size(), 32u);
     EXPECT_TRUE(job_.token.empty());  // no plaintext token in the store
-    EXPECT_EQ(store_->GetAttempt(job_.id, 1)->token_sha256.size(), 64u);
+    attempt_key_ = store_->GetAttempt(job_.id, 1)->token_sha256;
+    ASSERT_EQ(attempt_key_.size(), 64u);
+    EXPECT_EQ(token_, RankToken(attempt_key_, 0));  // rank 0's own token
   }
   void TearDown() override {
     supervisor_->jobs().Cancel(job_.id, std::nullopt, true);
@@ -102,7 +108,8 @@ class WorkerApiTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   JobRecord job_;
-  std::string token_;  // attempt 1's
+  std::string token_;        // attempt 1's rank 0's
+  std::string attempt_key_;  // what the store keeps of attempt 1's secret
 };
 
 TEST_F(WorkerApiTest, WrongTokenAttemptOrRankAndEndedAttemptsAreRefused) {
@@ -117,6 +124,16 @@ TEST_F(WorkerApiTest, WrongTokenAttemptOrRankAndEndedAttemptsAreRefused) {
       CoordinatorClient::Connect(Address(), job_.id, 1, 5, 6, token_, std::chrono::seconds(2));
   EXPECT_EQ(no_such_rank.status().code(), StatusCode::kPermissionDenied)
       << no_such_rank.status().ToString();
+  // A rank's token is bound to its rank: another rank's token, or the stored key itself, is
+  // refused for rank 0.
+  for (const std::string& other : {RankToken(attempt_key_, 1), attempt_key_}) {
+    auto as_rank0 =
+        CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, other, std::chrono::seconds(2));
+    EXPECT_EQ(as_rank0.status().code(), StatusCode::kPermissionDenied)
+        << as_rank0.status().ToString();
+    EXPECT_NE(as_rank0.status().message().find("rank 0: wrong or missing token"), std::string::npos)
+        << as_rank0.status().message();
+  }
   // Once the attempt has ended its token opens nothing.
   ASSERT_TRUE(supervisor_->jobs().Cancel(job_.id, std::nullopt, true).ok());
   for (int i = 0; i < 300 && !IsTerminal(store_->GetJob(job_.id)->state); ++i) {
@@ -168,6 +185,70 @@ TEST_F(WorkerApiTest, ReportsTheDatabaseCannotTakeAreKeptAndDeliveredLater) {
         e.message.find("7 step metric point(s) and 0 event(s) were dropped") != std::string::npos;
   }
   EXPECT_TRUE(said);
+}
+
+// What a rank cannot deliver is also kept in its job folder; when its attempt ends (here a rank
+// killed, as after an adctld outage, with its file left behind) adctld takes it from there.
+TEST_F(WorkerApiTest, WhatARankCouldNotSendIsKeptOnDiskAndTakenWhenItsAttemptEnds) {
+  const std::string spill = JobLayout(job_.job_dir).rank_pending_reports(1, 0);
+  {
+    auto client = CoordinatorClient::Connect(Address(), job_.id, 1, 0, 1, token_);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto& c = *client.value();
+    c.SetSpillPath(spill);
+    ASSERT_TRUE(store_->SetWritesFail(true).ok());
+    for (int step = 1; step <= 3; ++step) {
+      StepReport s;
+      s.step = step;
+      s.total_steps = 100;
+      s.loss = 0.5;
+      c.OnStep(s);
+    }
+    EXPECT_FALSE(c.Flush(std::chrono::milliseconds(1500)));
+    v1::PendingReports kept;
+    std::ifstream in(spill, std::ios::binary);
+    ASSERT_TRUE(in) << spill;
+    ASSERT_TRUE(kept.ParseFromIstream(&in));
+    EXPECT_EQ(kept.points_size(), 3);
+    EXPECT_EQ(kept.ref().rank(), 0);
+    ASSERT_TRUE(store_->SetWritesFail(false).ok());
+    ASSERT_TRUE(c.Flush(std::chrono::seconds(10)));
+    EXPECT_FALSE(std::filesystem::exists(spill)) << "delivered: the file goes";
+  }
+  EXPECT_EQ(store_->ListMetrics(job_.id, 0)->size(), 3u);
+
+  // A killed rank's file: steps 50-52 and an event it never sent.
+  v1::PendingReports left;
+  left.mutable_ref()->set_job_id(job_.id);
+  left.mutable_ref()->set_attempt(1);
+  left.mutable_ref()->set_rank(0);
+  for (int step = 50; step <= 52; ++step) {
+    v1::MetricPoint* p = left.add_points();
+    p->set_step(step);
+    p->set_loss(0.25);
+  }
+  v1::WorkerEvent* e = left.add_events();
+  e->set_kind(v1::WorkerEvent::KIND_MESSAGE);
+  e->set_level("warning");
+  e->set_message("a warning left behind");
+  {
+    std::ofstream out(spill, std::ios::binary);
+    ASSERT_TRUE(left.SerializeToOstream(&out));
+  }
+  ASSERT_TRUE(supervisor_->jobs().Cancel(job_.id, std::nullopt, true).ok());
+  for (int i = 0; i < 500 && !IsTerminal(store_->GetJob(job_.id)->state); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto points = store_->ListMetrics(job_.id, 0).value();
+  ASSERT_EQ(points.size(), 6u);
+  EXPECT_EQ(points.back().step, 52);
+  std::string said;
+  for (const EventRecord& ev : store_->ListEvents(job_.id, 0, 0).value()) said += ev.message + "\n";
+  EXPECT_NE(said.find("a warning left behind"), std::string::npos) << said;
+  EXPECT_NE(said.find("rank 0 could not send 3 metric point(s) and 1 event(s) before it ended"),
+            std::string::npos)
+      << said;
+  EXPECT_FALSE(std::filesystem::exists(spill));
 }
 
 TEST_F(WorkerApiTest, UnreachableCoordinatorIsUnavailable) {

@@ -309,6 +309,24 @@ TEST_F(CheckpointSaverTest, AFailedWriteIsReportedWithItsCause) {
   EXPECT_TRUE(saved->path.empty());
 }
 
+// A folder of the checkpoint root's path swapped for a symlink after the run started (into
+// another job's checkpoints) is refused, not followed.
+TEST_F(CheckpointSaverTest, ARootSwappedForASymlinkIsRefused) {
+  fs::create_directories(root_ / "mine" / "ckpt");
+  fs::create_directories(root_ / "theirs" / "ckpt");
+  CheckpointSaver saver((root_ / "mine" / "ckpt").string(), 1, "");
+  fs::rename(root_ / "mine", root_ / "mine-moved");
+  fs::create_directory_symlink(root_ / "theirs", root_ / "mine");
+  saver.Start(SmallState(4, torch::ones({4})));
+  auto saved = saver.Wait();
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_FALSE(saved->status.ok());
+  EXPECT_NE(saved->status.message().find("a symlink in its path?): nothing written"),
+            std::string::npos)
+      << saved->status.ToString();
+  EXPECT_TRUE(fs::is_empty(root_ / "theirs" / "ckpt"));
+}
+
 // Runs in its own process, started by the test below: writes a checkpoint of 512 MB at step 2
 // and waits for the background write, which the test kills.
 TEST(CheckpointSaverChild, DISABLED_WritesALargeCheckpoint) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,8 +25,10 @@ constexpr size_t kMaxQueuedEvents = 1000;
 // TLS when adctld gave its ranks a CA to verify it with (ADCTL_TLS_CA, a PEM file).
 std::shared_ptr<grpc::ChannelCredentials> Credentials() {
   const char* ca = std::getenv("ADCTL_TLS_CA");
+  TlsClientFiles files;
+  if (ca != nullptr) files.ca = ca;
   std::string error;
-  auto credentials = ChannelCredentialsFor(ca == nullptr ? "" : ca, &error);
+  auto credentials = ChannelCredentialsFor(files, &error);
   if (!error.empty()) spdlog::error("{}", error);
   return credentials;
 }
@@ -301,9 +304,40 @@ bool CoordinatorClient::SendQueued(std::chrono::milliseconds rpc_timeout) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = false;
+    // Not delivered: kept on disk too, in case this rank dies before adctld is back. Delivered
+    // (all of it): the file goes.
+    if (!ok || (spilled_ && metrics_.empty() && events_.empty())) SpillLocked();
   }
   cv_.notify_all();
   return ok;
+}
+
+void CoordinatorClient::SetSpillPath(std::string path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spill_path_ = std::move(path);
+}
+
+void CoordinatorClient::SpillLocked() {
+  if (spill_path_.empty()) return;
+  if (metrics_.empty() && events_.empty()) {
+    std::remove(spill_path_.c_str());
+    spilled_ = false;
+    return;
+  }
+  v1::PendingReports pending;
+  *pending.mutable_ref() = ref_;
+  for (const v1::MetricPoint& p : metrics_) *pending.add_points() = p;
+  for (const v1::WorkerEvent& e : events_) *pending.add_events() = e;
+  const std::string tmp = spill_path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !pending.SerializeToOstream(&out) || !out.flush()) {
+      spdlog::warn("cannot keep {} undelivered report(s) in {}", metrics_.size() + events_.size(),
+                   spill_path_);
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), spill_path_.c_str()) == 0) spilled_ = true;
 }
 
 void CoordinatorClient::SendHeartbeat() {

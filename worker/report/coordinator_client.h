@@ -65,6 +65,10 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
 
   // Sends everything queued; false when the deadline passed first.
   bool Flush(std::chrono::milliseconds timeout);
+  // Where to keep what could not be sent (adctl.v1.PendingReports; the job folder's
+  // rank_pending_reports): written whenever a send fails, removed once the queue is out, and
+  // taken by adctld when the attempt ends, so a rank killed while adctld was away loses nothing.
+  void SetSpillPath(std::string path);
   // How often the coordinator wants a heartbeat (RegisterRank told it).
   int heartbeat_interval_ms() const { return heartbeat_interval_ms_; }
 
@@ -83,6 +87,8 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   bool SendQueued(std::chrono::milliseconds rpc_timeout = std::chrono::seconds(5));
   void SendHeartbeat();
   void Enqueue(v1::WorkerEvent event, bool urgent);
+  // Writes the queue to spill_path_ (atomically), or removes the file once the queue is empty.
+  void SpillLocked();
 
   // Constant after construction.
   const std::string address_file_;
@@ -109,6 +115,8 @@ class CoordinatorClient : public Reporter, public KeyValueStore {
   bool in_flight_ = false;               // guarded by mu_; a batch is being sent
   int64_t dropped_metrics_ = 0;          // guarded by mu_; since the last delivery
   int64_t dropped_events_ = 0;           // guarded by mu_
+  std::string spill_path_;               // guarded by mu_; "" : no spilling
+  bool spilled_ = false;                 // guarded by mu_; the spill file holds something
   std::thread sender_;
 };
 

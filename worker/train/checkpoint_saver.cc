@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <filesystem>
 #include <utility>
 
 #include "common/checkpoint_dir.h"
@@ -16,10 +17,20 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// `path` with every symlink resolved (as far as it exists); "" when it cannot be resolved.
+std::string ResolvedPath(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  return ec ? std::string() : resolved.string();
+}
+
 }  // namespace
 
 CheckpointSaver::CheckpointSaver(std::string root, int64_t keep_last, std::string keep_path)
-    : root_(std::move(root)), keep_last_(keep_last), keep_path_(std::move(keep_path)) {}
+    : root_(std::move(root)),
+      resolved_root_(ResolvedPath(root_)),
+      keep_last_(keep_last),
+      keep_path_(std::move(keep_path)) {}
 
 CheckpointSaver::~CheckpointSaver() { Join(); }
 
@@ -89,6 +100,15 @@ SavedCheckpoint CheckpointSaver::Write(const CheckpointState& host) {
   SavedCheckpoint saved;
   saved.step = host.step;
   const auto t0 = Clock::now();
+  // The root is resolved again before each write: a folder of its path swapped for a symlink
+  // since the run started (into another job's checkpoints, out of adctld's --write-root) is
+  // refused, not followed.
+  if (const std::string now = ResolvedPath(root_); now != resolved_root_) {
+    saved.status = FailedPrecondition("checkpoint folder " + root_ + " resolved to " +
+                                      resolved_root_ + " when the run started and to " + now +
+                                      " now (a symlink in its path?): nothing written");
+    return saved;
+  }
   auto writer = CheckpointWriter::Begin(root_, host.step);
   if (!writer.ok()) {
     saved.status = writer.status();

@@ -88,6 +88,7 @@ class CheckpointSaver {
   void Join();
 
   std::string root_;
+  std::string resolved_root_;  // root_ with its symlinks resolved when the saver was made
   int64_t keep_last_;
   std::string keep_path_;
   std::map<std::string, torch::Tensor> buffers_;  // "<prefix><name>" -> host buffer
