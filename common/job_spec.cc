@@ -61,6 +61,8 @@ ADCTL_SPEC_ENUM_TABLE(GradientCheckpointing, {GradientCheckpointing::kNone, "non
                       {GradientCheckpointing::kFull, "full"},
                       {GradientCheckpointing::kNone, "false"},
                       {GradientCheckpointing::kFull, "true"})
+ADCTL_SPEC_ENUM_TABLE(LoraScope, {LoraScope::kMotion, "motion"}, {LoraScope::kSpatial, "spatial"},
+                      {LoraScope::kBoth, "both"})
 
 #undef ADCTL_SPEC_ENUM_TABLE
 
@@ -68,6 +70,15 @@ namespace {
 
 constexpr const char* kSections[] = {"model",      "data",       "preprocess", "train",
                                      "checkpoint", "validation", "export",     "resources"};
+// Mappings one level further down: `model: {lora: {rank: 64}}` is model.lora.rank.
+constexpr const char* kSubsections[] = {"model.lora"};
+
+bool IsSubsection(const std::string& path) {
+  for (const char* s : kSubsections) {
+    if (path == s) return true;
+  }
+  return false;
+}
 
 // Calls f(dotted_path, field) for every field in canonical order. `Spec` is JobSpec or
 // const JobSpec. train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
@@ -84,6 +95,12 @@ void ForEachField(Spec& s, F&& f) {
   f("model.motion_module_file", s.model.motion_module_file);
   f("model.motion_norm", s.model.motion_norm);
   f("model.gradient_checkpointing", s.model.gradient_checkpointing);
+  f("model.lora.rank", s.model.lora.rank);
+  f("model.lora.alpha", s.model.lora.alpha);
+  f("model.lora.targets", s.model.lora.targets);
+  f("model.lora.scope", s.model.lora.scope);
+  f("model.lora.init_from", s.model.lora.init_from);
+  f("model.lora.dropout", s.model.lora.dropout);
   f("data.kind", s.data.kind);
   f("data.path", s.data.path);
   f("data.num_samples", s.data.num_samples);
@@ -171,8 +188,10 @@ void ForEachField(Spec& s, F&& f) {
   f("resources.slurm_extra_args", s.resources.slurm_extra_args);
 }
 
-// The launcher fields (ResourceSpec): written only when they differ from a default spec's.
+// The launcher fields (ResourceSpec): written only when they differ from a default spec's; the
+// model.lora fields only when a LoRA is asked for.
 bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
+  if (path.rfind("model.lora.", 0) == 0) return !spec.model.lora.enabled();
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
       "resources.slurm_account",    "resources.slurm_partition", "resources.slurm_qos",
@@ -388,7 +407,7 @@ Status ApplyOverride(YAML::Node& root, const std::string& override_text) {
   if (eq == std::string::npos) return InvalidArgument(where + ": expected key=value");
   const std::string path = Trim(override_text.substr(0, eq));
   const std::string value_text = Trim(override_text.substr(eq + 1));
-  if (IsSection(path)) {
+  if (IsSection(path) || IsSubsection(path)) {
     return InvalidArgument(where + ": '" + path + "' is a section; set one field, e.g. '" + path +
                            ".<field>=value'");
   }
@@ -429,6 +448,19 @@ Status ApplyOverride(YAML::Node& root, const std::string& override_text) {
     section_node["betas"][key == "beta1" ? 0 : 1] = value;
     return Status::Ok();
   }
+  if (const size_t sub_dot = key.find('.'); sub_dot != std::string::npos) {  // model.lora.rank
+    const std::string sub = key.substr(0, sub_dot);
+    YAML::Node sub_node = section_node[sub];
+    if (!sub_node.IsDefined() || sub_node.IsNull()) {
+      section_node[sub] = YAML::Node(YAML::NodeType::Map);
+      sub_node.reset(section_node[sub]);
+    } else if (!sub_node.IsMap()) {
+      return InvalidArgument(where + ": '" + section + "." + sub + "' is " + Describe(sub_node) +
+                             ", not a mapping");
+    }
+    sub_node[key.substr(sub_dot + 1)] = value;
+    return Status::Ok();
+  }
   section_node[key] = value;
   return Status::Ok();
 }
@@ -455,7 +487,19 @@ Status Flatten(const YAML::Node& root, std::map<std::string, YAML::Node>* flat) 
     }
     for (const auto& field : section) {
       if (!field.first.IsScalar()) return InvalidArgument(key + ": keys must be strings");
-      ADCTL_RETURN_IF_ERROR(add(key + "." + field.first.Scalar(), field.second));
+      const std::string path = key + "." + field.first.Scalar();
+      if (!IsSubsection(path)) {
+        ADCTL_RETURN_IF_ERROR(add(path, field.second));
+        continue;
+      }
+      if (field.second.IsNull()) continue;
+      if (!field.second.IsMap()) {
+        return InvalidArgument(path + ": expected a mapping, got " + Describe(field.second));
+      }
+      for (const auto& sub : field.second) {
+        if (!sub.first.IsScalar()) return InvalidArgument(path + ": keys must be strings");
+        ADCTL_RETURN_IF_ERROR(add(path + "." + sub.first.Scalar(), sub.second));
+      }
     }
   }
   if (flat->count(kBetas) && (flat->count("train.beta1") || flat->count("train.beta2"))) {
@@ -687,6 +731,48 @@ Status CheckGraceSeconds(const std::string& field, double seconds) {
   return Within(field.c_str(), seconds, 0.0, kMaxGraceSeconds);
 }
 
+namespace {
+
+// model.lora: its own numbers, and a base whose motion modules are trained (a LoRA on random
+// ones learns nothing a user can load).
+Status ValidateLora(const ModelSpec& m, bool preprocess) {
+  const LoraSpec& l = m.lora;
+  if (!l.enabled()) {
+    if (l.rank < 0) return InvalidArgument("model.lora.rank: must be >= 1, got " + Show(l.rank));
+    const bool other_fields = l.alpha != 0 || !l.targets.empty() || !l.init_from.empty() ||
+                              l.dropout != 0 || l.scope != LoraScope::kMotion;
+    if (other_fields)
+      return InvalidArgument("model.lora: set model.lora.rank (>= 1) to train a LoRA");
+    return Status::Ok();
+  }
+  if (preprocess) return InvalidArgument("model.lora: a preprocess job trains nothing");
+  ADCTL_RETURN_IF_ERROR(Within("model.lora.rank", l.rank, int64_t{1}, int64_t{1024}));
+  if (!(l.alpha >= 0) || l.alpha > 1e6) {
+    return InvalidArgument("model.lora.alpha: must be in [0, 1e6] (0: the rank), got " +
+                           Show(l.alpha));
+  }
+  if (!(l.dropout >= 0 && l.dropout < 1)) {
+    return InvalidArgument("model.lora.dropout: must be in [0, 1), got " + Show(l.dropout));
+  }
+  for (const std::string& t : l.targets) {
+    ADCTL_RETURN_IF_ERROR(OneOf("model.lora.targets", t, {"to_q", "to_k", "to_v", "to_out.0"}));
+  }
+  if (m.preset != ModelPreset::kNone) {
+    return InvalidArgument("model.lora: preset " + Show(Name(m.preset)) +
+                           " has random motion modules; a LoRA adapts a trained one (give "
+                           "model.unet_motion, or model.pretrained with model.motion_adapter or "
+                           "model.motion_module_file)");
+  }
+  if (m.unet_motion.empty() && m.motion_adapter.empty() && m.motion_module_file.empty()) {
+    return InvalidArgument(
+        "model.lora: needs a trained motion module to adapt: model.motion_adapter or "
+        "model.motion_module_file (or model.unet_motion)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateJobSpec(const JobSpec& s) {
   if (!ValidName(s.name)) {
     return InvalidArgument(
@@ -727,6 +813,7 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument("model.motion_module_file: " + Show(m.motion_module_file) +
                            " needs model.unet2d or model.unet_motion, not a preset");
   }
+  ADCTL_RETURN_IF_ERROR(ValidateLora(m, preprocess));
 
   // data
   const DataSpec& d = s.data;
@@ -967,7 +1054,7 @@ void ClearLauncherFields(ResourceSpec* resources) {
 
 std::string JobSpecToYaml(const JobSpec& spec) {
   std::string out = "# adctl job spec (canonical form; every field is in docs/job-spec.md)\n";
-  std::string current_section;
+  std::string current_section, current_subsection;
   ForEachField(spec, [&](const char* path_c, const auto& value) {
     const std::string path = path_c;
     if (path == "train.beta2") return;  // emitted with beta1 as "betas"
@@ -985,6 +1072,15 @@ std::string JobSpecToYaml(const JobSpec& spec) {
     if (path == "train.beta1") {
       out += "  betas: [" + FormatDouble(spec.train.beta1) + ", " + FormatDouble(spec.train.beta2) +
              "]\n";
+      return;
+    }
+    if (const size_t sub_dot = path.find('.', dot + 1); sub_dot != std::string::npos) {
+      const std::string subsection = path.substr(0, sub_dot);
+      if (subsection != current_subsection) {
+        out += "  " + subsection.substr(dot + 1) + ":\n";
+        current_subsection = subsection;
+      }
+      out += "    " + path.substr(sub_dot + 1) + ": " + EmitValue(value) + "\n";
       return;
     }
     out += "  " + path.substr(dot + 1) + ": " + EmitValue(value) + "\n";

@@ -31,6 +31,8 @@ enum class PredictionType { kEpsilon, kVPrediction };
 enum class BucketDtype { kFp32, kBf16 };
 // model.gradient_checkpointing: what the backward pass recomputes instead of keeping.
 enum class GradientCheckpointing { kNone, kResnets, kFull };
+// model.lora.scope: which attention layers carry adapters.
+enum class LoraScope { kMotion, kSpatial, kBoth };
 
 template <typename E>
 struct SpecEnumName {
@@ -52,6 +54,7 @@ const std::vector<SpecEnumName<BetaSchedule>>& SpecEnumNames(BetaSchedule);
 const std::vector<SpecEnumName<PredictionType>>& SpecEnumNames(PredictionType);
 const std::vector<SpecEnumName<BucketDtype>>& SpecEnumNames(BucketDtype);
 const std::vector<SpecEnumName<GradientCheckpointing>>& SpecEnumNames(GradientCheckpointing);
+const std::vector<SpecEnumName<LoraScope>>& SpecEnumNames(LoraScope);
 
 // The spec's name of `value` ("v_prediction").
 template <typename E>
@@ -67,6 +70,19 @@ inline Precision ResolvePrecision(Precision precision, bool on_gpu) {
   if (precision != Precision::kAuto) return precision;
   return on_gpu ? Precision::kBf16 : Precision::kFp32;
 }
+
+// model.lora: train a low-rank adapter (LoRA) on the attention projections instead of the whole
+// motion modules (docs/lora.md). PEFT's math, y = W x + (alpha / rank) · B (A x); the base
+// model, motion module included, stays frozen.
+struct LoraSpec {
+  int64_t rank = 0;                  // 0: no LoRA (the whole motion modules train)
+  double alpha = 0;                  // 0: = rank (scale 1)
+  std::vector<std::string> targets;  // projections: to_q, to_k, to_v, to_out.0 (empty: all four)
+  LoraScope scope = LoraScope::kMotion;  // motion modules; spatial transformers; both
+  std::string init_from;  // a LoRA file (diffusers' or AnimateDiff's layout) to continue from
+  double dropout = 0;     // on the adapters' input while training (PEFT's lora_dropout)
+  bool enabled() const { return rank > 0; }
+};
 
 struct ModelSpec {
   // Either a preset ("tiny": random init, small channels, written in diffusers format into the
@@ -91,6 +107,7 @@ struct ModelSpec {
   GradientCheckpointing gradient_checkpointing = GradientCheckpointing::kNone;
   // Presets only: motion-module layout "v2" (mid-block module) or "v1"/"v3" (none).
   PresetLayout preset_layout = PresetLayout::kV2;
+  LoraSpec lora;
 };
 
 struct DataSpec {

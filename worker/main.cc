@@ -247,7 +247,8 @@ int main(int argc, char** argv) {
   videos->add_option("--fps", video_format.fps, "every clip at this rate")
       ->check(CLI::NonNegativeNumber);
 
-  std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, sampling_io, io_out;
+  std::string unet2d, adapter, unet_motion, text_encoder, vae, io_in, sampling_io, io_out,
+      motion_lora;
   AdamWParityOptions adamw;
   adamw.steps = 0;
   auto* parity = app.add_subcommand(
@@ -255,6 +256,10 @@ int main(int argc, char** argv) {
   parity->add_option("--unet2d", unet2d, "diffusers UNet2DConditionModel directory");
   parity->add_option("--motion-adapter", adapter, "diffusers MotionAdapter directory");
   parity->add_option("--unet-motion", unet_motion, "diffusers UNetMotionModel directory");
+  parity->add_option("--motion-lora", motion_lora,
+                     "a LoRA file (diffusers' or AnimateDiff's layout) on the frozen UNet: with "
+                     "--io → pred, loss and every LoRA tensor's gradient (unet.<module>.lora_A."
+                     "weight)");
   parity->add_option("--text-encoder", text_encoder,
                      "transformers CLIPTextModel directory (io: input_ids → last_hidden_state, "
                      "pooled)");
@@ -337,6 +342,7 @@ int main(int argc, char** argv) {
     if (!text_encoder.empty()) return CheckTextEncoderParity(text_encoder, io_in, io_out);
     if (!vae.empty()) return CheckVaeParity(vae, io_in, io_out);
     if (adamw.steps > 0) return CheckAdamWParity(sources, io_in, adamw, io_out);
+    if (!motion_lora.empty()) return CheckMotionLoraParity(sources, motion_lora, io_in, io_out);
     return CheckUNetParity(sources, io_in, io_out);
   }
   if (*tokenize) return RunTokenizeCommand(vocab, texts, std::cout, std::cerr);

@@ -51,6 +51,7 @@ Status CheckSpecPaths(const JobSpec& spec, const std::string& data_dir, const Pa
       {"model.motion_adapter", spec.model.motion_adapter},
       {"model.unet_motion", spec.model.unet_motion},
       {"model.motion_module_file", spec.model.motion_module_file},
+      {"model.lora.init_from", spec.model.lora.init_from},
       {"data.path", spec.data.path},
       {"data.csv", spec.data.csv},
       {"data.video_dir", spec.data.video_dir},

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -404,13 +405,55 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.resources.slurm_qos = "q";
   spec.resources.slurm_time_limit = "1:00:00";
   spec.resources.slurm_extra_args = {"--exclusive"};
+  spec.model.lora.rank = 8;  // and the model.lora fields when a LoRA is asked for
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
-    const std::string key = path.substr(path.find('.') + 1);
-    EXPECT_THAT(
-        yaml,
-        HasSubstr("\n" + std::string(path.find('.') == std::string::npos ? "" : "  ") + key + ": "))
-        << path;
+    // Nested two spaces a level: "name", "  lr", "    rank".
+    const size_t depth = static_cast<size_t>(std::count(path.begin(), path.end(), '.'));
+    const std::string key = path.substr(path.rfind('.') + 1);
+    EXPECT_THAT(yaml, HasSubstr("\n" + std::string(2 * depth, ' ') + key + ": ")) << path;
+  }
+}
+
+TEST(JobSpecTest, LoraIsANestedSectionWithItsOwnChecks) {
+  const std::string base =
+      "model: {unet_motion: /m/unet_motion, lora: {rank: 64, alpha: 32, targets: [to_q, to_v], "
+      "scope: both, dropout: 0.1}}\n";
+  auto spec = ParseJobSpec(base);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->model.lora.enabled());
+  EXPECT_EQ(spec->model.lora.rank, 64);
+  EXPECT_EQ(spec->model.lora.alpha, 32);
+  EXPECT_EQ(spec->model.lora.targets, (std::vector<std::string>{"to_q", "to_v"}));
+  EXPECT_EQ(spec->model.lora.scope, LoraScope::kBoth);
+  // The canonical form nests it and reads back the same; --set reaches into it.
+  const std::string yaml = JobSpecToYaml(*spec);
+  EXPECT_THAT(yaml, HasSubstr("\n  lora:\n    rank: 64\n    alpha: 32\n"));
+  auto back = ParseJobSpec(yaml);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == *spec);
+  auto set = ParseJobSpec(base, {"model.lora.rank=16"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->model.lora.rank, 16);
+  // Without a LoRA nothing of it is written.
+  EXPECT_THAT(JobSpecToYaml(*ParseJobSpec("model: {preset: tiny}\n")), Not(HasSubstr("lora")));
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"model: {preset: tiny, lora: {rank: 4}}\n", "has random motion modules"},
+      {"model: {pretrained: /m/sd15, lora: {rank: 4}}\n", "needs a trained motion module"},
+      {"model: {unet_motion: /m/u, lora: {rank: 0, alpha: 4}}\n", "set model.lora.rank"},
+      {"model: {unet_motion: /m/u, lora: {rank: 2000}}\n", "model.lora.rank: must be"},
+      {"model: {unet_motion: /m/u, lora: {rank: 4, targets: [to_x]}}\n",
+       "model.lora.targets: must be one of"},
+      {"model: {unet_motion: /m/u, lora: {rank: 4, dropout: 1}}\n", "model.lora.dropout"},
+      {"model: {unet_motion: /m/u, lora: {rank: 4, ranks: 8}}\n",
+       "unknown field 'model.lora.ranks' (did you mean 'model.lora.rank'?)"},
+      {"model: {unet_motion: /m/u, lora: 4}\n", "model.lora: expected a mapping"},
+  };
+  for (const auto& [text, says] : bad) {
+    auto refused = ParseJobSpec(text);
+    ASSERT_FALSE(refused.ok()) << text;
+    EXPECT_THAT(refused.status().message(), HasSubstr(says)) << text;
   }
 }
 

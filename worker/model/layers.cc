@@ -11,6 +11,7 @@
 #include "worker/kernels/linear.h"
 #include "worker/kernels/short_attention.h"
 #include "worker/kernels/token_transpose.h"
+#include "worker/model/lora.h"
 
 namespace adctl {
 
@@ -218,7 +219,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   // padding.
   if (!context.defined() && repeat <= 1 && ShortAttentionApplies(x, to_q->weight.size(0), heads)) {
     auto w = torch::cat({to_q->weight, to_k->weight, to_v->weight});
-    return LinearIn(out_proj, FusedShortSelfAttention(torch::linear(x, As(w, x)), heads));
+    auto qkv = torch::linear(x, As(w, x));
+    if (lora_q || lora_k || lora_v) {
+      // The adapters' terms in the same [q, k, v] layout (a projection without one adds zeros).
+      const int64_t c = to_q->weight.size(0);
+      std::vector<torch::Tensor> deltas;
+      for (const auto* lora : {&lora_q, &lora_k, &lora_v}) {
+        deltas.push_back(*lora ? (*lora)->Delta(x) : torch::zeros_like(qkv.narrow(-1, 0, c)));
+      }
+      qkv = qkv + torch::cat(deltas, -1);
+    }
+    return Project(out_proj, lora_out, FusedShortSelfAttention(qkv, heads));
   }
   if (x.dim() == 4) {  // a clip's rows [B, L, P, C]: as [B·P, L, C] sequences, and back
     TORCH_CHECK(!context.defined(), "attention: clip rows ", x.sizes(),
@@ -226,9 +237,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     return SequencesToClipRows(forward(ClipSequences(x)), x);
   }
   const auto& ctx = context.defined() ? context : x;
-  auto q = LinearIn(to_q, x);
-  auto k = LinearIn(to_k, As(ctx, x));
-  auto v = LinearIn(to_v, As(ctx, x));
+  auto q = Project(to_q, lora_q, x);
+  auto k = Project(to_k, lora_k, As(ctx, x));
+  auto v = Project(to_v, lora_v, As(ctx, x));
   auto split = [this](const torch::Tensor& t) {  // [N, L, H·d] → [N, H, L, d]
     return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
   };
@@ -241,7 +252,29 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   auto out = compat::ScaledDotProductAttention(q, k, v);
   out = out.transpose(1, 2).reshape({x.size(0), x.size(1), -1});
-  return LinearIn(out_proj, out);
+  return Project(out_proj, lora_out, out);
+}
+
+torch::Tensor AttentionImpl::Project(const torch::nn::Linear& layer,
+                                     const std::shared_ptr<LoraLayer>& lora,
+                                     const torch::Tensor& x) {
+  auto y = LinearIn(layer, x);
+  return lora ? y + lora->Delta(x) : y;
+}
+
+std::shared_ptr<LoraLayer>* AttentionImpl::LoraSlot(const std::string& projection) {
+  if (projection == "to_q") return &lora_q;
+  if (projection == "to_k") return &lora_k;
+  if (projection == "to_v") return &lora_v;
+  if (projection == "to_out.0") return &lora_out;
+  return nullptr;
+}
+
+const torch::Tensor& AttentionImpl::ProjectionWeight(const std::string& projection) const {
+  if (projection == "to_q") return to_q->weight;
+  if (projection == "to_k") return to_k->weight;
+  if (projection == "to_v") return to_v->weight;
+  return out_proj->weight;
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult) {

@@ -90,6 +90,8 @@ class ResnetBlock2DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ResnetBlock2D);
 
+struct LoraLayer;  // lora.h
+
 // Multi-head attention: to_q, to_k, to_v (no bias), to_out.0 (bias).
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -101,10 +103,21 @@ class AttentionImpl : public torch::nn::Module {
   // module's frames of each pixel) and returns the same layout.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context = {},
                         int64_t repeat = 1);
+  // The LoRA adapter of a projection ("to_q", "to_k", "to_v", "to_out.0"); null: none (lora.h
+  // attaches them). Null for an unknown name.
+  std::shared_ptr<LoraLayer>* LoraSlot(const std::string& projection);
+  // The projection's base weight (the shapes an adapter must fit).
+  const torch::Tensor& ProjectionWeight(const std::string& projection) const;
   int64_t heads;
   torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
   torch::nn::ModuleList to_out;
   torch::nn::Linear out_proj{nullptr};  // to_out.0
+  std::shared_ptr<LoraLayer> lora_q, lora_k, lora_v, lora_out;
+
+ private:
+  // x's projection by `layer`, plus its adapter's term when it has one.
+  static torch::Tensor Project(const torch::nn::Linear& layer,
+                               const std::shared_ptr<LoraLayer>& lora, const torch::Tensor& x);
 };
 TORCH_MODULE(Attention);
 

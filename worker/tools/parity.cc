@@ -8,6 +8,7 @@
 #include "common/worker_contract.h"
 #include "worker/diffusion/ddpm.h"
 #include "worker/model/clip_text.h"
+#include "worker/model/lora.h"
 #include "worker/model/vae.h"
 #include "worker/model/weights.h"
 #include "worker/sample/sampler.h"
@@ -114,6 +115,27 @@ int CheckUNetParity(const ModelSources& sources, const std::string& in, const st
   loss.backward();
   TensorMap result{{"pred", pred.detach()}, {"loss", loss.detach().reshape({1})}};
   for (const auto& [name, p] : model->MotionParameters()) result[name] = p.grad();
+  spdlog::info("loss {:.8f}", loss.item<double>());
+  return Write(out, result);
+}
+
+int CheckMotionLoraParity(const ModelSources& sources, const std::string& lora,
+                          const std::string& in, const std::string& out) {
+  UNet3D model{nullptr};
+  TensorMap io;
+  if (const int rc = LoadUNetAndBatch(sources, in, model, io); rc != kExitOk) return rc;
+  for (auto& p : model->parameters()) p.set_requires_grad(false);  // only the adapters learn
+  auto adapters = LoraAdapters::Load(*model, lora);
+  if (!adapters.ok()) {
+    spdlog::error("{}", adapters.status().ToString());
+    return kExitModelError;
+  }
+  spdlog::info("LoRA rank {} alpha {} on {} projections ({} parameters)", adapters->rank(),
+               adapters->alpha(), adapters->size(), adapters->parameter_count());
+  auto [pred, loss] = UNetLoss(*model, io);
+  loss.backward();
+  TensorMap result{{"pred", pred.detach()}, {"loss", loss.detach().reshape({1})}};
+  for (const auto& [name, p] : adapters->Parameters()) result["unet." + name] = p.grad();
   spdlog::info("loss {:.8f}", loss.item<double>());
   return Write(out, result);
 }

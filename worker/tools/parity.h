@@ -21,6 +21,11 @@ int CheckVaeParity(const std::string& dir, const std::string& in, const std::str
 // --unet-motion / --unet2d [+ --motion-adapter] with --io: `sample`, `timesteps`,
 // `encoder_hidden_states`, `target` → `pred`, `loss` (MSE) and the motion parameters' gradients.
 int CheckUNetParity(const ModelSources& sources, const std::string& in, const std::string& out);
+// The same with a LoRA file (--motion-lora: diffusers' or AnimateDiff's layout) on the frozen
+// model: `pred`, `loss` and the gradient of every LoRA tensor under its diffusers name
+// (`unet.<module>.lora_A.weight`, as in a diffusers LoRA file).
+int CheckMotionLoraParity(const ModelSources& sources, const std::string& lora,
+                          const std::string& in, const std::string& out);
 
 // The optimizer and schedule against torch.optim.AdamW + clip_grad_norm_ + diffusers'
 // constant_with_warmup: `steps` optimizer steps on the same `io` batch (forward, MSE, backward,
