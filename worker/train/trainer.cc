@@ -1,18 +1,11 @@
 #include "worker/train/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "common/checkpoint_dir.h"
@@ -21,6 +14,7 @@
 #include "common/job_layout.h"
 #include "common/worker_contract.h"
 #include "worker/compat.h"
+#include "worker/data/batch_loader.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/diffusion/ddpm.h"
@@ -28,22 +22,17 @@
 #include "worker/dist/directory_kv_store.h"
 #include "worker/dist/gradient_reducer.h"
 #include "worker/kernels/dispatch.h"
-#include "worker/model/flops.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
-#include "worker/report/device_sampler.h"
 #include "worker/sample/validation.h"
 #include "worker/train/attention_warmup.h"
 #include "worker/train/checkpoint_saver.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/startup_timer.h"
 #include "worker/train/step_graph.h"
+#include "worker/train/step_metrics.h"
 #include "worker/train/step_profiler.h"
 #include "worker/video/ffmpeg_log.h"
-
-#if defined(ADCTL_WITH_CUDA)
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 namespace adctl {
 namespace {
@@ -54,100 +43,6 @@ using SteadyClock = std::chrono::steady_clock;
 double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Why `root` cannot take a checkpoint ("" when it can): it cannot be created or written, or it
-// has fewer free bytes than `need_bytes` (0: not checked). Problems of the disk, not of the run:
-// retrying would fail the same way.
-std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes) {
-  std::error_code ec;
-  if (Status made = MakePrivateDirectories(root); !made.ok()) return made.message();
-  const std::string probe = root + "/.write-probe-" + std::to_string(getpid());
-  FILE* f = std::fopen(probe.c_str(), "w");
-  if (f == nullptr) return root + " is not writable: " + std::strerror(errno);
-  bool written = std::fputc('x', f) != EOF;
-  written = std::fclose(f) == 0 && written;
-  const int write_errno = errno;
-  fs::remove(probe, ec);
-  if (!written) return "cannot write in " + root + ": " + std::strerror(write_errno);
-  const fs::space_info space = fs::space(root, ec);
-  if (!ec && need_bytes > 0 && space.available < static_cast<uintmax_t>(need_bytes)) {
-    char text[160];
-    std::snprintf(text, sizeof(text), " has %.2f GB free; a checkpoint needs about %.2f GB",
-                  space.available / 1e9, need_bytes / 1e9);
-    return root + text;
-  }
-  return "";
-}
-
-// Seconds since this process was started (exec), from /proc; 0 where unreadable.
-double SecondsSinceProcessStart() {
-  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
-  std::string text;
-  double up = 0;
-  if (!std::getline(stat, text) || !(uptime >> up)) return 0;
-  // Field 22 (starttime, clock ticks after boot) counts from the field after "(comm)".
-  std::istringstream rest(text.substr(text.rfind(')') + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-  }
-  const double started = std::strtod(field.c_str(), nullptr) / sysconf(_SC_CLK_TCK);
-  return std::max(0.0, up - started);
-}
-
-// Where a rank's start-up time goes: phases in order, each the time since the previous mark;
-// a phase over a second also says how much of it was CPU work and how many pages it read from
-// disk (what separates compiling, paging in libraries and waiting on the device).
-class StartupTimer {
- public:
-  StartupTimer()
-      : last_(SteadyClock::now()),
-        last_usage_(ProcessUsageNow()),
-        before_(SecondsSinceProcessStart()) {}
-  void Mark(const char* phase) {
-    const auto now = SteadyClock::now();
-    const auto usage = ProcessUsageNow();
-    phases_.push_back({phase, Seconds(last_, now), usage.cpu_seconds - last_usage_.cpu_seconds,
-                       usage.major_faults - last_usage_.major_faults});
-    last_ = now;
-    last_usage_ = usage;
-  }
-  // "2.2 s from process start to the first step (exec and libraries 0.3 s, ..., first forward
-  // 1.3 s: CPU 1.4 s, 0 major page faults, first backward 0.4 s, rest of the first step 0.0 s)".
-  std::string Summary() const {
-    double total = before_;
-    std::string parts = Format("exec and libraries", before_);
-    for (const auto& p : phases_) {
-      total += p.seconds;
-      parts += ", " + Format(p.name, p.seconds);
-      if (p.seconds >= 1.0) {
-        char usage[96];
-        std::snprintf(usage, sizeof(usage), ": CPU %.1f s, %ld major page faults", p.cpu_seconds,
-                      p.major_faults);
-        parts += usage;
-      }
-    }
-    char head[96];
-    std::snprintf(head, sizeof(head), "start-up: %.1f s from process start to the first step (",
-                  total);
-    return head + parts + ")";
-  }
-
- private:
-  struct Phase {
-    const char* name;
-    double seconds, cpu_seconds;
-    long major_faults;
-  };
-  static std::string Format(const char* phase, double seconds) {
-    char text[96];
-    std::snprintf(text, sizeof(text), "%s %.2f s", phase, seconds);
-    return text;
-  }
-  SteadyClock::time_point last_;
-  ProcessUsage last_usage_;
-  double before_;  // exec to the timer's construction
-  std::vector<Phase> phases_;
-};
 
 // A failure with the exit code it maps to.
 struct Failure {
@@ -197,7 +92,7 @@ class Run {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
     }
-    device_sampler_.emplace(device_.is_cuda(), torch::get_num_threads());
+    metrics_.emplace(spec_, device_, o_.world_size, reporter_);
     if (const std::string why = compat::SelectAttentionKernels(Name(spec_.train.attention));
         !why.empty()) {
       return Failure{kExitBadSpec, "train.attention: " + why};
@@ -219,6 +114,7 @@ class Run {
         OpenLatentDataset(spec_.data, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
     if (!dataset.ok()) return Failure{kExitDataError, dataset.status().ToString()};
     dataset_ = std::move(*dataset);
+    metrics_->SetWorkload(unet_cfg, model_->motion_config(), dataset_->shape());
     if (device_.is_cuda()) {  // compiles cuDNN's attention kernels while the set-up goes on
       const auto& shape = dataset_->shape();
       attention_warmup_ = std::make_unique<AttentionWarmup>(
@@ -275,6 +171,12 @@ class Run {
     params_ = model_->MotionParameters();
     optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
     if (auto f = Resume()) return f;
+    batches_ = std::make_unique<BatchLoader>(
+        BatchOptions{spec_.train.batch_size, static_cast<uint64_t>(spec_.train.seed),
+                     spec_.train.caption_dropout,
+                     v_prediction_ ? PredictionType::kVPrediction : PredictionType::kEpsilon,
+                     device_, compute_dtype_},
+        *dataset_, *sampler_, *schedule_);
     startup_.Mark("optimizer and resume");
 
     if (o_.world_size > 1) {
@@ -418,7 +320,6 @@ class Run {
       return Failure{kExitDataError, dir + "/manifest.json: bad trainer state: " + e.what()};
     }
     if (!st.ok()) return Failure{kExitDataError, dir + ": " + st.ToString()};
-    consumed_sampler_state_ = sampler_->state();
     resumed_from_ = dir;
     last_checkpoint_step_ = step_;
     const int64_t old_world = meta.value("world_size", int64_t{1});
@@ -456,7 +357,7 @@ class Run {
   // What a checkpoint of now holds (the live tensors; the saver copies them).
   CheckpointState CurrentState() {
     // The batches consumed so far, not the one being prefetched.
-    const auto sampler = consumed_sampler_state_;
+    const auto sampler = batches_->consumed();
     CheckpointState state;
     state.step = step_;
     state.motion_adapter = MotionAdapterTensors(*model_);
@@ -596,7 +497,7 @@ class Run {
       torch::Tensor loss_sum;  // on the device: one host sync per step, not per micro-step
       for (int64_t micro = 0; micro < accum; ++micro) {
         const auto d0 = SteadyClock::now();
-        auto batch = NextBatch();
+        auto batch = batches_->Next();
         data_wait += Seconds(d0, SteadyClock::now());
         if (reducer_) reducer_->PrepareForBackward(micro == accum - 1);
         const auto loss =
@@ -649,23 +550,17 @@ class Run {
         return Fail({kExitCrash, "loss is " + std::to_string(loss_value) + " at step " +
                                      std::to_string(step_)});
       }
-      if (step_ % std::max<int64_t>(1, t.log_every) == 0 || step_ == t.max_steps) {
+      if (metrics_->Due(step_)) {
         StepReport r;
         r.step = step_;
-        r.total_steps = t.max_steps;
         r.loss = loss_value;
         r.learning_rate = lr;
         r.grad_norm = grad_norm_value;
         r.step_seconds = step_seconds;
         r.data_wait_seconds = data_wait;
         r.allreduce_exposed_seconds = reducer_ ? reducer_->last_exposed_allreduce_seconds() : 0;
-        r.clips_per_second = global_batch / step_seconds;
         r.samples_seen = samples_seen_;
-        r.peak_memory_bytes = PeakMemory();
-        r.mfu_ratio = Mfu(r.clips_per_second / std::max(1, o_.world_size));
-        r.time = NowSeconds();
-        SetDeviceValues(device_sampler_->Sample(), &r);
-        reporter_.OnStep(r);
+        metrics_->Report(r);
       }
       // Every rank gets the same answer (same spec, same step).
       if (ValidationDue(spec_.validation, step_)) {
@@ -757,97 +652,6 @@ class Run {
     return std::nullopt;
   }
 
-  struct Batch {
-    torch::Tensor noisy, timesteps, text, target;
-  };
-
-  // The CPU half of a micro-batch, drawn on the prefetch thread: clips, noise, timesteps, and
-  // the sampler state right after drawing it (what a checkpoint records once it is consumed).
-  struct HostBatch {
-    torch::Tensor latents, noise, timesteps, text;
-    DistributedSampler::State sampler_after;
-  };
-
-  HostBatch DrawHostBatch() {
-    const auto indices = sampler_->Next(spec_.train.batch_size);
-    std::vector<torch::Tensor> x0, text, noise, steps;
-    const auto& shape = dataset_->shape();
-    for (size_t i = 0; i < indices.size(); ++i) {
-      // Noise, timestep, the latent draw and caption dropout depend only on the seed and the
-      // sample's run-wide position.
-      auto gen = at::detail::createCPUGenerator(
-          static_cast<uint64_t>(spec_.train.seed) * 0x9E3779B97F4A7C15ULL +
-          static_cast<uint64_t>(sampler_->GlobalPosition(static_cast<int64_t>(i))));
-      noise.push_back(torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
-      steps.push_back(torch::randint(0, schedule_->num_train_timesteps(), {1}, gen, torch::kLong));
-      auto sample = dataset_->Draw(indices[i], gen, spec_.train.caption_dropout);
-      x0.push_back(sample.latents);
-      text.push_back(sample.text);
-    }
-    HostBatch h{torch::stack(x0), torch::stack(noise), torch::cat(steps), torch::stack(text),
-                sampler_->state()};
-    if (device_.is_cuda()) {
-      h.latents = h.latents.pin_memory();
-      h.noise = h.noise.pin_memory();
-      h.text = h.text.pin_memory();
-    }
-    return h;
-  }
-
-  // Starts drawing the next micro-batch on a background thread while the GPU computes.
-  void Prefetch() {
-    prefetched_ = std::async(std::launch::async, [this] { return DrawHostBatch(); });
-  }
-
-  Batch NextBatch() {
-    if (!prefetched_.valid()) Prefetch();
-    HostBatch h = prefetched_.get();
-    consumed_sampler_state_ = h.sampler_after;
-    Prefetch();
-    Batch b;
-    auto latents = h.latents.to(device_, /*non_blocking=*/true);
-    auto eps = h.noise.to(device_, /*non_blocking=*/true);
-    b.timesteps = h.timesteps.to(device_);
-    b.noisy = schedule_->AddNoise(latents, eps, b.timesteps).to(compute_dtype_);
-    b.target = v_prediction_ ? schedule_->Velocity(latents, eps, b.timesteps) : eps;
-    b.text = h.text.to(device_, /*non_blocking=*/true).to(compute_dtype_);
-    return b;
-  }
-
-  // Model FLOPs utilisation of this rank's GPU at `clips_per_second` (its own share); 0 on the
-  // CPU or for a GPU whose peak is unknown (never a made-up number).
-  double Mfu(double clips_per_second) {
-    if (!device_.is_cuda()) return 0;
-    if (!mfu_scale_) {
-      const auto& shape = dataset_->shape();
-      const double flops = CountTrainingFlops(model_->unet_config(), model_->motion_config(),
-                                              shape.frames, shape.height, shape.width)
-                               .PerClip();
-      double peak = spec_.resources.peak_tflops * 1e12;
-#if defined(ADCTL_WITH_CUDA)
-      if (peak <= 0)
-        peak = DenseBf16PeakFlops(at::cuda::getDeviceProperties(device_.index())->name);
-#endif
-      mfu_scale_ = peak > 0 ? flops / peak : 0;
-      reporter_.OnEvent(
-          EventLevel::kInfo,
-          "training FLOPs per clip: " + std::to_string(flops / 1e12).substr(0, 5) + " TFLOP" +
-              (peak > 0 ? "; GPU peak " + std::to_string(peak / 1e12).substr(0, 6) + " TFLOP/s"
-                        : "; GPU peak unknown: no MFU (resources.peak_tflops)"));
-    }
-    return *mfu_scale_ * clips_per_second;
-  }
-
-  int64_t PeakMemory() const {
-#if defined(ADCTL_WITH_CUDA)
-    if (device_.is_cuda()) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
-      return stats.allocated_bytes[0].peak;
-    }
-#endif
-    return 0;
-  }
-
   const TrainerOptions& o_;
   const JobSpec& spec_;
   Reporter& reporter_;
@@ -865,12 +669,10 @@ class Run {
   std::unique_ptr<KeyValueStore> own_store_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<GradientReducer> reducer_;
-  std::optional<DeviceSampler> device_sampler_;  // set by Setup
-  std::optional<double> mfu_scale_;  // training FLOPs per clip / GPU peak, set at first use
+  std::optional<StepMetrics> metrics_;              // set by Setup
   std::unique_ptr<ValidationRenderer> validation_;  // rank 0, when validation.prompts is set
   std::string last_checkpoint_path_;
-  std::future<HostBatch> prefetched_;
-  DistributedSampler::State consumed_sampler_state_;
+  std::unique_ptr<BatchLoader> batches_;  // after the dataset, sampler and schedule it reads
   int64_t step_ = 0;
   int64_t samples_seen_ = 0;
   int64_t last_checkpoint_step_ = -1;
