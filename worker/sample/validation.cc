@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 Result<std::unique_ptr<ValidationRenderer>> ValidationRenderer::Make(
     const JobSpec& spec, const UNet3DImpl& unet, const NoiseSchedule& schedule,
-    const std::string& prediction_type, torch::Device device, torch::ScalarType compute_dtype,
+    PredictionType prediction_type, torch::Device device, torch::ScalarType compute_dtype,
     const std::string& job_dir) {
   const ValidationSpec& v = spec.validation;
   std::unique_ptr<ValidationRenderer> r(new ValidationRenderer());

@@ -50,7 +50,7 @@ class ValidationRenderer {
   // a missing vae/ or tokenizer/).
   static Result<std::unique_ptr<ValidationRenderer>> Make(
       const JobSpec& spec, const UNet3DImpl& unet, const NoiseSchedule& schedule,
-      const std::string& prediction_type, torch::Device device, torch::ScalarType compute_dtype,
+      PredictionType prediction_type, torch::Device device, torch::ScalarType compute_dtype,
       const std::string& job_dir);
 
   // Renders every prompt with `unet` as it is now; the UNet's mode is left as it was.

@@ -93,7 +93,7 @@ class Run {
       torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
     }
     metrics_.emplace(spec_, device_, o_.world_size, reporter_);
-    if (const std::string why = compat::SelectAttentionKernels(Name(spec_.train.attention));
+    if (const std::string why = compat::SelectAttentionKernels(spec_.train.attention);
         !why.empty()) {
       return Failure{kExitBadSpec, "train.attention: " + why};
     }
@@ -120,7 +120,7 @@ class Run {
       attention_warmup_ = std::make_unique<AttentionWarmup>(
           SpatialAttentionShapes(unet_cfg, spec_.train.batch_size, shape.frames, shape.height,
                                  shape.width, shape.text_len),
-          device_, compute_dtype_, Name(spec_.train.attention));
+          device_, compute_dtype_, spec_.train.attention);
     }
     if (dataset_->shape().frames > model_->motion_config().max_seq_length) {
       return Failure{kExitBadSpec, "data: clips have " + std::to_string(dataset_->shape().frames) +
@@ -138,14 +138,14 @@ class Run {
                         "so no caption is dropped");
     }
     const auto& t = spec_.train;
-    SchedulerConfig sc{Name(t.beta_schedule), t.beta_start, t.beta_end, t.num_train_timesteps,
-                       Name(t.prediction_type)};
+    SchedulerConfig sc{t.beta_schedule, t.beta_start, t.beta_end, t.num_train_timesteps,
+                       t.prediction_type};
     if (t.beta_schedule == BetaSchedule::kPretrained) {
       auto read = ReadSchedulerConfig(spec_.model.pretrained);
       if (!read.ok()) return Failure{kExitModelError, read.status().ToString()};
       sc = *read;
     }
-    v_prediction_ = sc.prediction_type == "v_prediction";
+    prediction_type_ = sc.prediction_type;
     auto schedule =
         NoiseSchedule::Make(sc.beta_schedule, sc.beta_start, sc.beta_end, sc.num_train_timesteps);
     if (!schedule.ok()) return Failure{kExitBadSpec, schedule.status().ToString()};
@@ -173,9 +173,7 @@ class Run {
     if (auto f = Resume()) return f;
     batches_ = std::make_unique<BatchLoader>(
         BatchOptions{spec_.train.batch_size, static_cast<uint64_t>(spec_.train.seed),
-                     spec_.train.caption_dropout,
-                     v_prediction_ ? PredictionType::kVPrediction : PredictionType::kEpsilon,
-                     device_, compute_dtype_},
+                     spec_.train.caption_dropout, prediction_type_, device_, compute_dtype_},
         *dataset_, *sampler_, *schedule_);
     startup_.Mark("optimizer and resume");
 
@@ -219,8 +217,8 @@ class Run {
         std::optional<DeferredInit> deferred;
         if (device_.is_cuda()) deferred.emplace(device_);
         model_ = m.preset == ModelPreset::kSd15
-                     ? UNet3D(Sd15UNetConfig(), Sd15MotionConfig(Name(m.preset_layout)))
-                     : UNet3D(TinyUNetConfig(), TinyMotionConfig(Name(m.preset_layout)));
+                     ? UNet3D(Sd15UNetConfig(), Sd15MotionConfig(m.preset_layout))
+                     : UNet3D(TinyUNetConfig(), TinyMotionConfig(m.preset_layout));
       }
       if (device_.is_cuda()) {
         model_->to(device_);
@@ -244,7 +242,7 @@ class Run {
         if (!unet.ok()) return Failure{kExitModelError, unet.status().ToString()};
         src.unet2d = *unet;
       }
-      auto loaded = LoadUNet3D(src, Name(m.motion_norm));
+      auto loaded = LoadUNet3D(src, m.motion_norm);
       if (!loaded.ok()) return Failure{kExitModelError, loaded.status().ToString()};
       model_ = loaded->model;
       reporter_.OnEvent(EventLevel::kInfo,
@@ -657,7 +655,7 @@ class Run {
   Reporter& reporter_;
   torch::Device device_{torch::kCPU};
   torch::ScalarType compute_dtype_ = torch::kFloat;
-  bool v_prediction_ = false;
+  PredictionType prediction_type_ = PredictionType::kEpsilon;  // the schedule's
   std::string checkpoint_root_;
   std::string resumed_from_;
   UNet3D model_{nullptr};
