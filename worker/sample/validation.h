@@ -20,6 +20,7 @@
 #include "worker/diffusion/ddpm.h"
 #include "worker/model/unet3d.h"
 #include "worker/model/vae.h"
+#include "worker/report/reporter.h"
 #include "worker/video/rgb_frames.h"
 
 namespace adctl {
@@ -39,6 +40,9 @@ struct ValidationRender {
   double seconds = 0;         // sampling + decoding + encoding the files
   double sample_seconds = 0;  // of which sampling and VAE decoding (the device's part)
 };
+
+// `render` as the report adctld records, with paths relative to `job_dir` (what it serves).
+SamplesReport ToSamplesReport(const ValidationRender& render, const std::string& job_dir);
 
 // Whether the validation section renders after `step` finished steps (every_steps, at_steps).
 bool ValidationDue(const ValidationSpec& spec, int64_t step);
