@@ -511,4 +511,25 @@ Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_las
   return result;
 }
 
+std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes) {
+  std::error_code ec;
+  if (Status made = MakePrivateDirectories(root); !made.ok()) return made.message();
+  const std::string probe = root + "/.write-probe-" + std::to_string(getpid());
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (f == nullptr) return root + " is not writable: " + std::strerror(errno);
+  bool written = std::fputc('x', f) != EOF;
+  written = std::fclose(f) == 0 && written;
+  const int write_errno = errno;
+  fs::remove(probe, ec);
+  if (!written) return "cannot write in " + root + ": " + std::strerror(write_errno);
+  const fs::space_info space = fs::space(root, ec);
+  if (!ec && need_bytes > 0 && space.available < static_cast<uintmax_t>(need_bytes)) {
+    char text[160];
+    std::snprintf(text, sizeof(text), " has %.2f GB free; a checkpoint needs about %.2f GB",
+                  space.available / 1e9, need_bytes / 1e9);
+    return root + text;
+  }
+  return "";
+}
+
 }  // namespace adctl

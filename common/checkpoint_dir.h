@@ -127,4 +127,9 @@ struct RetentionResult {
 Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_last,
                                        const std::string& protect_path = "");
 
+// Why `root` cannot take a checkpoint ("" when it can): it cannot be created or written, or it
+// has fewer free bytes than `need_bytes` (0: not checked). Problems of the disk, not of the run:
+// retrying would fail the same way.
+std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes);
+
 }  // namespace adctl

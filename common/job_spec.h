@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +64,16 @@ std::string Name(E value) {
     if (e.value == value) return e.name;
   }
   return "?";
+}
+
+// The value the spec's name `name` stands for (Name's inverse); nullopt for an unknown name.
+// For names read from elsewhere that share the spec's (a diffusers scheduler config).
+template <typename E>
+std::optional<E> SpecEnumValue(const std::string& name) {
+  for (const SpecEnumName<E>& e : SpecEnumNames(E{})) {
+    if (name == e.name) return e.value;
+  }
+  return std::nullopt;
 }
 
 // train.precision as it applies on this device: kAuto is bf16 on a GPU and fp32 on a CPU.

@@ -27,6 +27,15 @@ constexpr int kExitStopped = 75;       // stop requested (pause or cancel); chec
 constexpr int kExitTransient = 76;     // rendezvous/communication failure: retryable
 constexpr int kExitNotExecuted = 127;  // the shell convention: the binary could not be executed
 
+// Why a rank ends, with the exit code it ends with: what the worker's phases (training,
+// preprocessing) return, as std::optional<Failure> (nullopt: go on). The libraries below them
+// return Status; a phase gives each Status the code of what failed (a model file that does not
+// load is kExitModelError wherever it is read).
+struct Failure {
+  int exit_code;
+  std::string message;
+};
+
 enum class ExitClass {
   kSuccess,    // the rank finished
   kStopped,    // a stop was honoured; the checkpoint is committed

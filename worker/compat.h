@@ -37,24 +37,21 @@ inline void ForeachMulByTensor(std::vector<torch::Tensor>& tensors, const torch:
 #endif
 }
 
-// Restricts at::scaled_dot_product_attention to one kernel family: "flash", "efficient",
-// "cudnn" or "math"; "auto" leaves LibTorch's choice. Returns an empty string when applied,
-// else why not (LibTorch 1.13 has no SDPA: only "auto" and "math", the plain formula, work).
-inline std::string SelectAttentionKernels(const std::string& name) {
-  if (name == "auto") return "";
+// Restricts at::scaled_dot_product_attention to one kernel family (train.attention); kAuto
+// leaves LibTorch's choice. Returns an empty string when applied, else why not (LibTorch 1.13
+// has no SDPA: only kAuto and kMath, the plain formula, work).
+inline std::string SelectAttentionKernels(AttentionKernel kernels) {
+  if (kernels == AttentionKernel::kAuto) return "";
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   auto& ctx = at::globalContext();
-  if (name != "flash" && name != "efficient" && name != "cudnn" && name != "math") {
-    return "unknown attention kernels '" + name + "'";
-  }
-  ctx.setSDPUseFlash(name == "flash");
-  ctx.setSDPUseMemEfficient(name == "efficient");
-  ctx.setSDPUseCuDNN(name == "cudnn");
-  ctx.setSDPUseMath(name == "math");
+  ctx.setSDPUseFlash(kernels == AttentionKernel::kFlash);
+  ctx.setSDPUseMemEfficient(kernels == AttentionKernel::kEfficient);
+  ctx.setSDPUseCuDNN(kernels == AttentionKernel::kCudnn);
+  ctx.setSDPUseMath(kernels == AttentionKernel::kMath);
   return "";
 #else
-  if (name == "math") return "";
-  return "attention kernels '" + name + "' need LibTorch 2.3 or newer (this build has " +
+  if (kernels == AttentionKernel::kMath) return "";
+  return "attention kernels '" + Name(kernels) + "' need LibTorch 2.3 or newer (this build has " +
          std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ")";
 #endif
 }

@@ -259,6 +259,18 @@ TEST_F(CheckpointDirTest, RetentionKeepsNewestAndProtected) {
   EXPECT_TRUE(ApplyRetention((root_ / "missing").string(), 1).ok());
 }
 
+TEST_F(CheckpointDirTest, DirProblemNamesWhatTheDiskLacks) {
+  // Made when missing, written to, and the probe file is gone afterwards.
+  EXPECT_EQ(CheckpointDirProblem(root_.string(), 0), "");
+  EXPECT_TRUE(fs::is_empty(root_));
+  // A file where the folder should be.
+  WriteFile(root_ / "file", "x");
+  EXPECT_NE(CheckpointDirProblem((root_ / "file" / "ckpt").string(), 0), "");
+  // More than any disk has free.
+  EXPECT_THAT(CheckpointDirProblem(root_.string(), int64_t{1} << 62),
+              HasSubstr("a checkpoint needs about"));
+}
+
 TEST(CheckpointDirNameTest, Format) {
   EXPECT_EQ(CheckpointDirName(10), "step-00000010");
   EXPECT_EQ(CheckpointDirName(0), "step-00000000");

@@ -43,7 +43,7 @@ TEST_F(EngineGpuTest, Fp32ParityWithDiffusersOnCuda) {
   ModelSources src;
   src.unet2d = kFixtures + "/unet2d";
   src.motion_adapter = kFixtures + "/motion_adapter";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   auto model = loaded->model;
   model->to(torch::kCUDA);

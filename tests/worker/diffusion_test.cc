@@ -14,13 +14,13 @@ double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out - ref).norm() / ref.norm()).item<double>();
 }
 
-class SchedulerTest : public ::testing::TestWithParam<std::string> {};
+class SchedulerTest : public ::testing::TestWithParam<BetaSchedule> {};
 
 TEST_P(SchedulerTest, MatchesDiffusers) {
   auto ref = ReadTensorFile(kFile);
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
   auto& r = *ref;
-  const std::string p = GetParam() + ".";
+  const std::string p = Name(GetParam()) + ".";
   auto s = NoiseSchedule::Make(GetParam(), 0.00085, 0.012, 1000);
   ASSERT_TRUE(s.ok());
   EXPECT_LT(RelativeError(s->alphas_cumprod(), r[p + "alphas_cumprod"]), 1e-6);
@@ -39,16 +39,17 @@ TEST_P(SchedulerTest, MatchesDiffusers) {
             1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, SchedulerTest, ::testing::Values("linear", "scaled_linear"));
+INSTANTIATE_TEST_SUITE_P(Schedules, SchedulerTest,
+                         ::testing::Values(BetaSchedule::kLinear, BetaSchedule::kScaledLinear));
 
-TEST(Scheduler, UnknownScheduleIsAnError) {
-  auto s = NoiseSchedule::Make("cosine", 0.00085, 0.012, 1000);
+TEST(Scheduler, PretrainedIsNoScheduleOfItsOwn) {
+  auto s = NoiseSchedule::Make(BetaSchedule::kPretrained, 0.00085, 0.012, 1000);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("train.beta_schedule"), std::string::npos);
 }
 
 TEST(Scheduler, DdimSpacingsMatchDiffusersTables) {
-  auto s = NoiseSchedule::Make("linear", 0.00085, 0.012, 1000);
+  auto s = NoiseSchedule::Make(BetaSchedule::kLinear, 0.00085, 0.012, 1000);
   ASSERT_TRUE(s.ok());
   auto timesteps = [&](const std::string& spacing, int64_t offset) {
     DdimOptions o;
@@ -78,7 +79,7 @@ TEST(Scheduler, DdimSpacingsMatchDiffusersTables) {
 }
 
 TEST(Scheduler, DdimWithEtaAddsSeededNoise) {
-  auto s = NoiseSchedule::Make("linear", 0.00085, 0.012, 1000);
+  auto s = NoiseSchedule::Make(BetaSchedule::kLinear, 0.00085, 0.012, 1000);
   ASSERT_TRUE(s.ok());
   DdimOptions o;
   o.num_inference_steps = 10;
@@ -98,7 +99,7 @@ TEST(Scheduler, DdimWithEtaAddsSeededNoise) {
 }
 
 TEST(Scheduler, LinearScheduleEndpointsMatchTheSpec) {
-  auto s = NoiseSchedule::Make("linear", 0.00085, 0.012, 1000);
+  auto s = NoiseSchedule::Make(BetaSchedule::kLinear, 0.00085, 0.012, 1000);
   ASSERT_TRUE(s.ok());
   EXPECT_NEAR(s->alphas_cumprod()[999].item<double>(), 0.001579, 2e-6);
   EXPECT_NEAR(s->alphas_cumprod()[499].item<double>(), 0.1618, 1e-4);

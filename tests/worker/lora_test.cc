@@ -24,7 +24,7 @@ double LoraRelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
 UNet3D FrozenUNetMotion() {
   ModelSources src;
   src.unet_motion = kLoraFixtures + "/unet_motion";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
   for (auto& p : loaded->model->parameters()) p.set_requires_grad(false);
   return loaded->model;

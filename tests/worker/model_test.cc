@@ -73,7 +73,7 @@ TEST(UNet3DParity, Unet2dPlusMotionAdapterMatchesDiffusers) {
   src.motion_adapter = kFixtures + "/motion_adapter";
   for (const bool channels_last : {false, true}) {
     SCOPED_TRACE(channels_last ? "channels-last" : "contiguous");
-    auto loaded = LoadUNet3D(src, "auto");
+    auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     EXPECT_TRUE(loaded->model->motion_config().norm_across_frames);
     loaded->model->set_channels_last(channels_last);
@@ -89,7 +89,7 @@ TEST(UNet3DParity, Unet2dPlusMotionAdapterMatchesDiffusers) {
 TEST(UNet3DParity, CombinedUNetMotionModelMatchesDiffusers) {
   ModelSources src;
   src.unet_motion = kFixtures + "/unet_motion";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   auto r = RunParity(loaded->model);
   EXPECT_LT(r.pred_error, 1e-4);
@@ -102,7 +102,7 @@ TEST(UNet3DParity, GradientCheckpointingGivesTheSameGradients) {
   src.motion_adapter = kFixtures + "/motion_adapter";
   for (auto granularity : {GradientCheckpointing::kResnets, GradientCheckpointing::kFull}) {
     SCOPED_TRACE(Name(granularity));
-    auto loaded = LoadUNet3D(src, "auto");  // a fresh model: gradients start at zero
+    auto loaded = LoadUNet3D(src, MotionNorm::kAuto);  // a fresh model: gradients start at zero
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     loaded->model->set_gradient_checkpointing(granularity);
     auto r = RunParity(loaded->model);
@@ -116,11 +116,11 @@ TEST(UNet3DParity, GradientCheckpointingGivesTheSameGradients) {
 // then trains like one built the usual way.
 TEST(DeferredInit, BuildsTheSameModelUninitialisedAndInitialisesItLikeLibTorch) {
   torch::manual_seed(0);
-  UNet3D usual(TinyUNetConfig(), TinyMotionConfig("v2"));
+  UNet3D usual(TinyUNetConfig(), TinyMotionConfig(PresetLayout::kV2));
   UNet3D deferred{nullptr};
   {
     DeferredInit scope(torch::kCPU);
-    deferred = UNet3D(TinyUNetConfig(), TinyMotionConfig("v2"));
+    deferred = UNet3D(TinyUNetConfig(), TinyMotionConfig(PresetLayout::kV2));
   }
   auto conv = MakeConv2d(torch::nn::Conv2dOptions(6, 4, 3).padding(1));  // after the scope
   EXPECT_EQ(conv->weight.sizes(), (std::vector<int64_t>{4, 6, 3, 3}));
@@ -158,7 +158,7 @@ TEST(DeferredInit, BuildsTheSameModelUninitialisedAndInitialisesItLikeLibTorch) 
 TEST(DeferredInit, NewMotionModulesBesideALoadedUNetAreInitialised) {
   ModelSources src;
   src.unet2d = kFixtures + "/unet2d";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_FALSE(loaded->motion_loaded);
   int checked = 0;
@@ -183,7 +183,7 @@ TEST(DeferredInit, NewMotionModulesBesideALoadedUNetAreInitialised) {
 TEST(UNet3DParity, PerFrameNormChangesTheOutput) {
   ModelSources src;
   src.unet_motion = kFixtures + "/unet_motion";
-  auto loaded = LoadUNet3D(src, "per_frame");
+  auto loaded = LoadUNet3D(src, MotionNorm::kPerFrame);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_FALSE(loaded->model->motion_config().norm_across_frames);
   auto io = MustRead(kFixtures + "/unet_motion_io.safetensors");
@@ -208,7 +208,7 @@ TEST_F(WeightsTest, SaveLoadRoundTripGivesIdenticalTensors) {
   ModelSources src;
   src.unet2d = kFixtures + "/unet2d";
   src.motion_adapter = kFixtures + "/motion_adapter";
-  auto a = LoadUNet3D(src, "auto");
+  auto a = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(SaveMotionAdapter(*a->model, (dir_ / "adapter").string()).ok());
   ASSERT_TRUE(SaveUNet2D(*a->model, (dir_ / "unet2d").string()).ok());
@@ -223,7 +223,7 @@ TEST_F(WeightsTest, SaveLoadRoundTripGivesIdenticalTensors) {
   ModelSources again;
   again.unet2d = (dir_ / "unet2d").string();
   again.motion_adapter = (dir_ / "adapter").string();
-  auto b = LoadUNet3D(again, "auto");
+  auto b = LoadUNet3D(again, MotionNorm::kAuto);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   auto pa = a->model->named_parameters(true);
   auto pb = b->model->named_parameters(true);
@@ -276,12 +276,12 @@ TEST_F(WeightsTest, OriginalAnimateDiffFileLoadsWithPerFrameNorm) {
   src.unet2d = kFixtures + "/unet2d";
   src.motion_module_file = file;
   src.motion_adapter = kFixtures + "/motion_adapter";  // config only: 2 heads, 8 groups
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->motion_format, "animatediff");
   EXPECT_FALSE(loaded->model->motion_config().norm_across_frames);
   // With the norm forced to diffusers' scope, the result equals the reference.
-  auto forced = LoadUNet3D(src, "across_frames");
+  auto forced = LoadUNet3D(src, MotionNorm::kAcrossFrames);
   ASSERT_TRUE(forced.ok());
   auto r = RunParity(forced->model);
   EXPECT_LT(r.pred_error, 1e-4);
@@ -300,7 +300,7 @@ TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
   auto missing = ref;
   missing.erase(key);
   ASSERT_TRUE(WriteTensorFile(weights, missing).ok());
-  auto r1 = LoadUNet3D(src, "auto");
+  auto r1 = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_FALSE(r1.ok());
   EXPECT_NE(r1.status().message().find("missing tensors: " + key), std::string::npos)
       << r1.status().message();
@@ -308,7 +308,7 @@ TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
   auto extra = ref;
   extra["down_blocks.0.motion_modules.7.proj_in.weight"] = torch::zeros({2});
   ASSERT_TRUE(WriteTensorFile(weights, extra).ok());
-  auto r2 = LoadUNet3D(src, "auto");
+  auto r2 = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find("unexpected tensors: down_blocks.0.motion_modules.7"),
             std::string::npos)
@@ -317,7 +317,7 @@ TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
   auto bad_shape = ref;
   bad_shape[key] = torch::zeros({64, 3});
   ASSERT_TRUE(WriteTensorFile(weights, bad_shape).ok());
-  auto r3 = LoadUNet3D(src, "auto");
+  auto r3 = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_FALSE(r3.ok());
   EXPECT_NE(
       r3.status().message().find("'" + key + "' has shape [64, 3], the model expects [64, 64]"),
@@ -329,7 +329,7 @@ TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
     std::ofstream f(weights, std::ios::binary | std::ios::trunc);
     f << "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":";
   }
-  auto r4 = LoadUNet3D(src, "auto");
+  auto r4 = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_FALSE(r4.ok());
   EXPECT_NE(r4.status().message().find(weights), std::string::npos) << r4.status().message();
 }
@@ -337,7 +337,7 @@ TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
 TEST(MotionModule, FreshModulesAreTheIdentityAndOnlyProjOutGetsGradients) {
   ModelSources src;
   src.unet2d = kFixtures + "/unet2d";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->motion_format, "new");
   auto& model = loaded->model;
@@ -423,10 +423,12 @@ namespace {
 // which the motion modules 602.8 G; v2 adds the mid-block module (612.1 G); training ≈ 9.4
 // TFLOP per clip.
 TEST(TrainingFlopsTest, Sd15WithMotionModulesMatchesTheLayerByLayerCount) {
-  const TrainingFlops v1 = CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig("v1"), 16, 32, 32);
+  const TrainingFlops v1 =
+      CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig(PresetLayout::kV1), 16, 32, 32);
   EXPECT_NEAR(v1.forward_macs / 1e9, 2043.7, 0.1);
   EXPECT_NEAR(v1.motion_forward_macs / 1e9, 602.8, 0.1);
-  const TrainingFlops v2 = CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig("v2"), 16, 32, 32);
+  const TrainingFlops v2 =
+      CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig(PresetLayout::kV2), 16, 32, 32);
   EXPECT_NEAR(v2.motion_forward_macs / 1e9, 612.1, 0.1);
   EXPECT_NEAR(v2.PerClip() / 1e12, 9.4, 0.05);
   // Weight gradients only for the motion modules' linears (not their attention cores).
@@ -434,7 +436,7 @@ TEST(TrainingFlopsTest, Sd15WithMotionModulesMatchesTheLayerByLayerCount) {
   EXPECT_GT(v2.backward_weight_macs, 0.98 * v2.motion_forward_macs);
   // Doubling the frames doubles the frame-wise work and more than doubles temporal attention.
   const TrainingFlops f32 =
-      CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig("v2"), 32, 32, 32);
+      CountTrainingFlops(Sd15UNetConfig(), Sd15MotionConfig(PresetLayout::kV2), 32, 32, 32);
   EXPECT_GT(f32.PerClip(), 2 * v2.PerClip());
   EXPECT_EQ(DenseBf16PeakFlops("NVIDIA H200"), 989e12);
   EXPECT_EQ(DenseBf16PeakFlops("NVIDIA A100-SXM4-80GB"), 312e12);

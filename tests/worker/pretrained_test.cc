@@ -171,8 +171,8 @@ TEST(MotionModuleFile, LoadsIntoTheUNetLikeTheAdapter) {
   ModelSources from_adapter{kFixtures + "/unet2d", kFixtures + "/motion_adapter", "", ""};
   ModelSources from_ckpt{kFixtures + "/unet2d", kFixtures + "/motion_adapter", "",
                          kAnimateDiff + "/mm_tiny_wrapped.ckpt"};
-  auto a = LoadUNet3D(from_adapter, "across_frames");
-  auto b = LoadUNet3D(from_ckpt, "across_frames");
+  auto a = LoadUNet3D(from_adapter, MotionNorm::kAcrossFrames);
+  auto b = LoadUNet3D(from_ckpt, MotionNorm::kAcrossFrames);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->motion_format, "animatediff");
@@ -200,7 +200,7 @@ TEST(MotionModuleFile, NeitherFormatSaysSoWithoutEchoingTheFile) {
   // A UNet file instead of a motion module: the loader says which tensors it holds.
   ModelSources wrong{kFixtures + "/unet2d", "", "",
                      kFixtures + "/unet2d/diffusion_pytorch_model.safetensors"};
-  auto loaded = LoadUNet3D(wrong, "auto");
+  auto loaded = LoadUNet3D(wrong, MotionNorm::kAuto);
   ASSERT_FALSE(loaded.ok());
   EXPECT_NE(loaded.status().message().find("no AnimateDiff motion-module tensors"),
             std::string::npos)

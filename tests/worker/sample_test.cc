@@ -29,7 +29,7 @@ double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
 UNet3D LoadTinyUNetMotion() {
   ModelSources src;
   src.unet_motion = kTiny + "/unet_motion";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
   loaded->model->FreezeAllButMotionModules();
   return loaded->model;
@@ -164,7 +164,7 @@ TEST_F(ExportTest, AnimateDiffFileRoundTripsToIdenticalTensors) {
   src.unet2d = kTiny + "/unet2d";
   src.motion_adapter = kTiny + "/motion_adapter";  // the architecture
   src.motion_module_file = file;
-  auto back = LoadUNet3D(src, "auto");
+  auto back = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_FALSE(back->model->motion_config().norm_across_frames);
   auto original = unet->MotionParameters();
@@ -199,11 +199,11 @@ TEST_F(ExportTest, DiffusersFolderRecordsTheScopeAndLoads) {
   ModelSources src;
   src.unet2d = kTiny + "/unet2d";
   src.motion_adapter = out;
-  auto back = LoadUNet3D(src, "auto");
+  auto back = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->model->motion_config().norm_across_frames);
   // "per_frame" overrides what the folder records.
-  auto forced = LoadUNet3D(src, "per_frame");
+  auto forced = LoadUNet3D(src, MotionNorm::kPerFrame);
   ASSERT_TRUE(forced.ok());
   EXPECT_FALSE(forced->model->motion_config().norm_across_frames);
 }

@@ -116,7 +116,7 @@ TEST_F(TrainerTest, TrainsAndWritesALoadableCheckpoint) {
   ModelSources src;
   src.unet2d = (root_ / "a/model/unet2d").string();
   src.motion_adapter = (*list)[1].path + "/motion_adapter";
-  auto loaded = LoadUNet3D(src, "auto");
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_TRUE(loaded->motion_loaded);
 }
@@ -405,7 +405,7 @@ TEST(AttentionWarmup, Sd15ShapesAreEachLevelsSelfAndCrossAttention) {
         << e.queries << " queries over " << e.keys << ", head dim " << e.head_dim;
   }
   // Nothing starts on the CPU: the set-up does not wait for anything.
-  AttentionWarmup none(shapes, torch::kCPU, torch::kBFloat16, "auto");
+  AttentionWarmup none(shapes, torch::kCPU, torch::kBFloat16, AttentionKernel::kAuto);
   EXPECT_EQ(none.started(), 0u);
   EXPECT_EQ(none.Wait(), 0);
 }

@@ -69,11 +69,6 @@ torch::Tensor PrepareFrames(const torch::Tensor& frames_u8, int64_t height, int6
 
 namespace {
 
-struct Failure {
-  int exit_code;
-  std::string message;
-};
-
 // One CSV row after decoding: the prepared pixels, or why it was skipped.
 struct DecodedClip {
   int64_t row = 0;

@@ -4,18 +4,22 @@
 
 namespace adctl {
 
-Result<NoiseSchedule> NoiseSchedule::Make(const std::string& beta_schedule, double beta_start,
+Result<NoiseSchedule> NoiseSchedule::Make(BetaSchedule beta_schedule, double beta_start,
                                           double beta_end, int64_t num_train_timesteps) {
   torch::Tensor betas;
-  if (beta_schedule == "linear") {
-    betas = torch::linspace(beta_start, beta_end, num_train_timesteps, torch::kFloat);
-  } else if (beta_schedule == "scaled_linear") {
-    betas = torch::linspace(std::sqrt(beta_start), std::sqrt(beta_end), num_train_timesteps,
-                            torch::kFloat)
-                .pow(2);
-  } else {
-    return InvalidArgument("train.beta_schedule: unknown schedule '" + beta_schedule +
-                           "' (linear, scaled_linear)");
+  switch (beta_schedule) {
+    case BetaSchedule::kLinear:
+      betas = torch::linspace(beta_start, beta_end, num_train_timesteps, torch::kFloat);
+      break;
+    case BetaSchedule::kScaledLinear:
+      betas = torch::linspace(std::sqrt(beta_start), std::sqrt(beta_end), num_train_timesteps,
+                              torch::kFloat)
+                  .pow(2);
+      break;
+    case BetaSchedule::kPretrained:
+      return InvalidArgument(
+          "train.beta_schedule: 'pretrained' names no schedule until model.pretrained's "
+          "scheduler config is read (linear, scaled_linear)");
   }
   NoiseSchedule s;
   s.alphas_cumprod_ = torch::cumprod(1.0 - betas, 0);
@@ -47,10 +51,6 @@ Result<DdimScheduler> DdimScheduler::Make(const NoiseSchedule& schedule, const D
   if (n < 1 || n > T) {
     return InvalidArgument("sampling steps: " + std::to_string(n) + " (1 to " + std::to_string(T) +
                            ")");
-  }
-  if (o.prediction_type != "epsilon" && o.prediction_type != "v_prediction") {
-    return InvalidArgument("prediction_type: unknown '" + o.prediction_type +
-                           "' (epsilon, v_prediction)");
   }
   DdimScheduler s;
   s.alphas_cumprod_ = schedule.alphas_cumprod().to(torch::kDouble);
@@ -89,7 +89,7 @@ torch::Tensor DdimScheduler::Step(const torch::Tensor& model_output, int64_t t,
                                    : (options_.set_alpha_to_one ? 1.0f : static_cast<float>(ac[0]));
   const float b_t = 1.0f - a_t;
   torch::Tensor x0, eps;
-  if (options_.prediction_type == "epsilon") {
+  if (options_.prediction_type == PredictionType::kEpsilon) {
     x0 = (x_t - std::sqrt(b_t) * model_output) / std::sqrt(a_t);
     eps = model_output;
   } else {

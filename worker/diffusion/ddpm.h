@@ -7,16 +7,18 @@
 
 #include <string>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 
 namespace adctl {
 
 class NoiseSchedule {
  public:
-  // beta_schedule: "linear" (β_i = linspace(start, end)) or "scaled_linear"
-  // (β_i = linspace(√start, √end)²).
-  static Result<NoiseSchedule> Make(const std::string& beta_schedule, double beta_start,
-                                    double beta_end, int64_t num_train_timesteps);
+  // kLinear: β_i = linspace(start, end); kScaledLinear: β_i = linspace(√start, √end)².
+  // kPretrained is not a schedule of its own (the caller reads model.pretrained's scheduler
+  // config first, worker/model/pretrained.h): an error here.
+  static Result<NoiseSchedule> Make(BetaSchedule beta_schedule, double beta_start, double beta_end,
+                                    int64_t num_train_timesteps);
 
   const torch::Tensor& alphas_cumprod() const { return alphas_cumprod_; }  // [T], fp32, CPU
   int64_t num_train_timesteps() const { return alphas_cumprod_.size(0); }
@@ -42,8 +44,8 @@ struct DdimOptions {
   int64_t steps_offset = 1;
   // The last step's ᾱ_prev: 1 (true, AnimateDiff's validation config) or ᾱ_0 (false).
   bool set_alpha_to_one = true;
-  double eta = 0;                           // 0: deterministic DDIM; 1: DDPM-like ancestral noise
-  std::string prediction_type = "epsilon";  // or "v_prediction"
+  double eta = 0;  // 0: deterministic DDIM; 1: DDPM-like ancestral noise
+  PredictionType prediction_type = PredictionType::kEpsilon;
   bool clip_sample = false;
   double clip_sample_range = 1.0;
 };

@@ -256,13 +256,22 @@ UNetConfig TinyUNetConfig() {
   return c;
 }
 
-MotionConfig TinyMotionConfig(const std::string& layout) {
+namespace {
+
+// What the three layouts change; the presets differ in sizes only.
+void SetPresetLayout(PresetLayout layout, MotionConfig& m) {
+  m.max_seq_length = layout == PresetLayout::kV1 ? 24 : 32;
+  m.use_mid_block = layout == PresetLayout::kV2;
+}
+
+}  // namespace
+
+MotionConfig TinyMotionConfig(PresetLayout layout) {
   MotionConfig m;
   m.layers_per_block = 1;
   m.num_attention_heads = 2;
   m.norm_num_groups = 8;
-  m.max_seq_length = layout == "v1" ? 24 : 32;
-  m.use_mid_block = layout == "v2";
+  SetPresetLayout(layout, m);
   return m;
 }
 
@@ -280,13 +289,12 @@ UNetConfig Sd15UNetConfig() {
   return c;
 }
 
-MotionConfig Sd15MotionConfig(const std::string& layout) {
+MotionConfig Sd15MotionConfig(PresetLayout layout) {
   MotionConfig m;
   m.layers_per_block = 2;
   m.num_attention_heads = 8;
   m.norm_num_groups = 32;
-  m.max_seq_length = layout == "v1" ? 24 : 32;
-  m.use_mid_block = layout == "v2";
+  SetPresetLayout(layout, m);
   return m;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 
 namespace adctl {
@@ -63,10 +64,12 @@ std::string MotionAdapterConfigToJson(const UNetConfig& unet, const MotionConfig
 
 // The `tiny` preset: SD-shaped, small channels (for demos and tests).
 UNetConfig TinyUNetConfig();
-MotionConfig TinyMotionConfig(const std::string& layout);  // "v1", "v2", "v3"
+// The motion modules of a preset's layout: v1 holds 24 positions, v2 and v3 32; v2 alone has a
+// mid-block motion module.
+MotionConfig TinyMotionConfig(PresetLayout layout);
 // The `sd15` preset: Stable Diffusion 1.5's UNet and AnimateDiff's motion modules at their real
 // sizes with random weights (benchmarks without downloading checkpoints; spec §1.1, §2.2).
 UNetConfig Sd15UNetConfig();
-MotionConfig Sd15MotionConfig(const std::string& layout);
+MotionConfig Sd15MotionConfig(PresetLayout layout);
 
 }  // namespace adctl

@@ -33,13 +33,15 @@ Result<SchedulerConfig> ReadSchedulerConfig(const std::string& pretrained_dir) {
   auto text = ReadTextFile(path);
   if (!text.ok()) return text.status();
   SchedulerConfig c;
+  // diffusers' names, which are the spec's (train.beta_schedule, train.prediction_type).
+  std::string beta_schedule = "scaled_linear", prediction_type = "epsilon";
   try {
     const auto j = nlohmann::json::parse(*text);
-    c.beta_schedule = j.value("beta_schedule", c.beta_schedule);
+    beta_schedule = j.value("beta_schedule", beta_schedule);
     c.beta_start = j.value("beta_start", c.beta_start);
     c.beta_end = j.value("beta_end", c.beta_end);
     c.num_train_timesteps = j.value("num_train_timesteps", c.num_train_timesteps);
-    c.prediction_type = j.value("prediction_type", c.prediction_type);
+    prediction_type = j.value("prediction_type", prediction_type);
     c.steps_offset = j.value("steps_offset", c.steps_offset);
     c.set_alpha_to_one = j.value("set_alpha_to_one", c.set_alpha_to_one);
     c.clip_sample = j.value("clip_sample", c.clip_sample);
@@ -47,14 +49,18 @@ Result<SchedulerConfig> ReadSchedulerConfig(const std::string& pretrained_dir) {
   } catch (const std::exception& e) {
     return InvalidArgument(path + ": " + JsonErrorWithoutContent(e));
   }
-  if (c.beta_schedule != "linear" && c.beta_schedule != "scaled_linear") {
-    return InvalidArgument(path + ": beta_schedule '" + c.beta_schedule +
+  const auto schedule = SpecEnumValue<BetaSchedule>(beta_schedule);
+  if (!schedule || *schedule == BetaSchedule::kPretrained) {
+    return InvalidArgument(path + ": beta_schedule '" + beta_schedule +
                            "' is not supported (linear or scaled_linear)");
   }
-  if (c.prediction_type != "epsilon" && c.prediction_type != "v_prediction") {
-    return InvalidArgument(path + ": prediction_type '" + c.prediction_type +
+  c.beta_schedule = *schedule;
+  const auto prediction = SpecEnumValue<PredictionType>(prediction_type);
+  if (!prediction) {
+    return InvalidArgument(path + ": prediction_type '" + prediction_type +
                            "' is not supported (epsilon or v_prediction)");
   }
+  c.prediction_type = *prediction;
   if (c.num_train_timesteps < 2 || !(c.beta_start > 0) || !(c.beta_end < 1) ||
       c.beta_start > c.beta_end) {
     return InvalidArgument(path + ": beta_start/beta_end/num_train_timesteps out of range");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 
 namespace adctl {
@@ -16,11 +17,11 @@ Result<std::string> PretrainedComponent(const std::string& dir, const std::strin
 
 // The fields of a diffusers DDPM/DDIM scheduler_config.json that training and sampling use.
 struct SchedulerConfig {
-  std::string beta_schedule = "scaled_linear";
+  BetaSchedule beta_schedule = BetaSchedule::kScaledLinear;  // never kPretrained
   double beta_start = 0.00085;
   double beta_end = 0.012;
   int64_t num_train_timesteps = 1000;
-  std::string prediction_type = "epsilon";
+  PredictionType prediction_type = PredictionType::kEpsilon;
   int64_t steps_offset = 1;
   bool set_alpha_to_one = false;
   bool clip_sample = false;

@@ -241,7 +241,7 @@ Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
   return Status::Ok();
 }
 
-Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_override) {
+Result<LoadedUNet> LoadUNet3D(const ModelSources& src, MotionNorm norm) {
   const bool combined = !src.unet_motion.empty();
   const std::string unet_dir = combined ? src.unet_motion : src.unet2d;
   if (unet_dir.empty()) return InvalidArgument("model: set unet2d or unet_motion");
@@ -307,9 +307,9 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, const std::string& norm_o
     motion_format = "animatediff";
   }
 
-  if (norm_override == "across_frames") {
+  if (norm == MotionNorm::kAcrossFrames) {
     motion_cfg.norm_across_frames = true;
-  } else if (norm_override == "per_frame") {
+  } else if (norm == MotionNorm::kPerFrame) {
     motion_cfg.norm_across_frames = false;
   } else {
     // auto: the scope the module records (adctl's exports do), else its format's convention.

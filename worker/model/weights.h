@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 
+#include "common/job_spec.h"
 #include "common/motion_export.h"
 #include "common/status.h"
 #include "worker/model/unet3d.h"
@@ -56,10 +57,10 @@ struct LoadedUNet {
 };
 
 // Builds the model from the sources' config.json files and loads their weights strictly.
-// `norm_override`: "across_frames" / "per_frame" set the motion GroupNorm scope; "auto" takes
-// the one the module records (`motion_norm` in config.json or the file's metadata), else the
-// format's convention (diffusers: across frames, original AnimateDiff: per frame).
-Result<LoadedUNet> LoadUNet3D(const ModelSources& sources, const std::string& norm_override);
+// `norm` (model.motion_norm): kAcrossFrames / kPerFrame set the motion GroupNorm scope; kAuto
+// takes the one the module records (`motion_norm` in config.json or the file's metadata), else
+// the format's convention (diffusers: across frames, original AnimateDiff: per frame).
+Result<LoadedUNet> LoadUNet3D(const ModelSources& sources, MotionNorm norm);
 
 // Strictly copies `tensors` into the parameters/buffers of `module` whose names pass `select`;
 // every selected name must be present with the right shape and no tensor may be left over.

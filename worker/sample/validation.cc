@@ -18,9 +18,21 @@ namespace adctl {
 
 namespace fs = std::filesystem;
 
+SamplesReport ToSamplesReport(const ValidationRender& render, const std::string& job_dir) {
+  const auto relative = [&](const std::string& path) {
+    return fs::path(path).lexically_relative(job_dir).generic_string();
+  };
+  SamplesReport report{render.step, render.seconds, render.dir, {}};
+  for (const RenderedSample& s : render.samples) {
+    report.files.push_back({s.index, s.prompt, relative(s.mp4), relative(s.gif)});
+  }
+  report.files.push_back({-1, "", relative(render.grid_mp4), relative(render.grid_gif)});
+  return report;
+}
+
 Result<std::unique_ptr<ValidationRenderer>> ValidationRenderer::Make(
     const JobSpec& spec, const UNet3DImpl& unet, const NoiseSchedule& schedule,
-    const std::string& prediction_type, torch::Device device, torch::ScalarType compute_dtype,
+    PredictionType prediction_type, torch::Device device, torch::ScalarType compute_dtype,
     const std::string& job_dir) {
   const ValidationSpec& v = spec.validation;
   std::unique_ptr<ValidationRenderer> r(new ValidationRenderer());

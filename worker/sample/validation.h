@@ -20,6 +20,7 @@
 #include "worker/diffusion/ddpm.h"
 #include "worker/model/unet3d.h"
 #include "worker/model/vae.h"
+#include "worker/report/reporter.h"
 #include "worker/video/rgb_frames.h"
 
 namespace adctl {
@@ -40,6 +41,9 @@ struct ValidationRender {
   double sample_seconds = 0;  // of which sampling and VAE decoding (the device's part)
 };
 
+// `render` as the report adctld records, with paths relative to `job_dir` (what it serves).
+SamplesReport ToSamplesReport(const ValidationRender& render, const std::string& job_dir);
+
 // Whether the validation section renders after `step` finished steps (every_steps, at_steps).
 bool ValidationDue(const ValidationSpec& spec, int64_t step);
 
@@ -50,7 +54,7 @@ class ValidationRenderer {
   // a missing vae/ or tokenizer/).
   static Result<std::unique_ptr<ValidationRenderer>> Make(
       const JobSpec& spec, const UNet3DImpl& unet, const NoiseSchedule& schedule,
-      const std::string& prediction_type, torch::Device device, torch::ScalarType compute_dtype,
+      PredictionType prediction_type, torch::Device device, torch::ScalarType compute_dtype,
       const std::string& job_dir);
 
   // Renders every prompt with `unet` as it is now; the UNet's mode is left as it was.

@@ -39,7 +39,7 @@ int BenchSample(const BenchSampleOptions& o) {
     spdlog::error("{}", unet_dir.status().ToString());
     return kExitModelError;
   }
-  auto loaded = LoadUNet3D({*unet_dir, o.motion_adapter, "", ""}, "per_frame");
+  auto loaded = LoadUNet3D({*unet_dir, o.motion_adapter, "", ""}, MotionNorm::kPerFrame);
   if (!loaded.ok()) {
     spdlog::error("{}", loaded.status().ToString());
     return kExitModelError;
@@ -65,14 +65,15 @@ int BenchSample(const BenchSampleOptions& o) {
   v.width = o.width;
   v.steps = o.steps;
   v.guidance = o.guidance;
-  auto schedule = NoiseSchedule::Make("scaled_linear", 0.00085, 0.012, 1000);  // SD1.5's
+  auto schedule =
+      NoiseSchedule::Make(BetaSchedule::kScaledLinear, 0.00085, 0.012, 1000);  // SD1.5's
   if (!schedule.ok()) {
     spdlog::error("{}", schedule.status().ToString());
     return kExitCrash;
   }
   const std::string scratch = std::filesystem::temp_directory_path() / "adctl-bench-sample";
-  auto renderer =
-      ValidationRenderer::Make(spec, *unet, *schedule, "epsilon", device, dtype, scratch);
+  auto renderer = ValidationRenderer::Make(spec, *unet, *schedule, PredictionType::kEpsilon, device,
+                                           dtype, scratch);
   if (!renderer.ok()) {
     spdlog::error("{}", renderer.status().ToString());
     return renderer.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec

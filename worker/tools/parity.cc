@@ -38,7 +38,7 @@ int ReadInput(const std::string& in, std::initializer_list<const char*> keys, Te
 // The UNet with its motion modules trainable, or the exit code after logging why not.
 int LoadUNet(const ModelSources& sources, UNet3D& model) {
   // Parity is against diffusers: its GroupNorm scope unless the sources record another.
-  auto loaded = LoadUNet3D(sources, "auto");
+  auto loaded = LoadUNet3D(sources, MotionNorm::kAuto);
   if (!loaded.ok()) {
     spdlog::error("{}", loaded.status().ToString());
     return kExitModelError;
@@ -187,7 +187,7 @@ Result<TensorMap> RunSamplingParity(UNet3DImpl& unet, AutoencoderKLImpl& vae, co
     if (!io.count(key))
       return InvalidArgument(std::string("sampling io: missing tensor '") + key + "'");
   }
-  auto schedule = NoiseSchedule::Make("linear", 0.00085, 0.012, 1000);
+  auto schedule = NoiseSchedule::Make(BetaSchedule::kLinear, 0.00085, 0.012, 1000);
   if (!schedule.ok()) return schedule.status();
   TensorMap out;
   try {

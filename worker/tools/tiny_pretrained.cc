@@ -67,7 +67,8 @@ Status MakeTinyPretrained(const std::string& out_dir, uint64_t seed, const std::
 
   const UNetConfig unet_config = sd15 ? Sd15UNetConfig() : TinyUNetConfig();
   {
-    UNet3D unet(unet_config, sd15 ? Sd15MotionConfig("v2") : TinyMotionConfig("v2"));
+    UNet3D unet(unet_config,
+                sd15 ? Sd15MotionConfig(PresetLayout::kV2) : TinyMotionConfig(PresetLayout::kV2));
     if (sd15) {
       TensorMap twod;
       for (auto& [k, t] : StateDict(*unet)) {

@@ -95,8 +95,9 @@ void CompileAttention(const AttentionShape&, torch::Device, torch::ScalarType) {
 }  // namespace
 
 AttentionWarmup::AttentionWarmup(std::vector<AttentionShape> shapes, torch::Device device,
-                                 torch::ScalarType dtype, const std::string& attention) {
-  if (!kCudnnAttention || !device.is_cuda() || (attention != "auto" && attention != "cudnn") ||
+                                 torch::ScalarType dtype, AttentionKernel attention) {
+  if (!kCudnnAttention || !device.is_cuda() ||
+      (attention != AttentionKernel::kAuto && attention != AttentionKernel::kCudnn) ||
       (dtype != torch::kBFloat16 && dtype != torch::kHalf)) {
     return;
   }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "worker/model/config.h"
 
 namespace adctl {
@@ -44,7 +45,7 @@ class AttentionWarmup {
   // Starts the threads (none where cuDNN attention is unavailable: the CPU, LibTorch before
   // 2.5, attention kernels other than auto/cudnn).
   AttentionWarmup(std::vector<AttentionShape> shapes, torch::Device device, torch::ScalarType dtype,
-                  const std::string& attention);
+                  AttentionKernel attention);
   ~AttentionWarmup();
   AttentionWarmup(const AttentionWarmup&) = delete;
   AttentionWarmup& operator=(const AttentionWarmup&) = delete;

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace adctl {
 
@@ -28,6 +29,12 @@ class StepGraph {
                                              const torch::Tensor&, const torch::Tensor&)>;
 
   static bool Available();
+  // Why a rank cannot capture its step ("" when it can): it needs a GPU, LibTorch 2.x, and to be
+  // the only rank (no gradient all-reduce in the graph).
+  static std::string Unavailable(bool cuda, int world_size) {
+    if (!cuda || !Available()) return "needs a GPU and LibTorch 2.x";
+    return world_size > 1 ? "only for one rank" : "";
+  }
 
   // Runs `warmup` eager micro-steps before capturing.
   StepGraph(StepFn fn, int warmup);

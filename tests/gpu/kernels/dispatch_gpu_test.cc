@@ -57,7 +57,7 @@ TEST_F(FusedOpsGpuTest, Bf16UNetWithFusedKernelsFollowsFp32) {
   // pred and the motion modules' gradients of one forward/backward in `dtype`.
   auto run = [&](torch::ScalarType dtype, bool fused, bool channels_last = false) {
     SetFusedKernels(fused);
-    auto loaded = LoadUNet3D(src, "auto");
+    auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     auto model = loaded->model;
     model->to(torch::kCUDA, dtype);

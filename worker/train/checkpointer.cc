@@ -1,0 +1,184 @@
+#include "worker/train/checkpointer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+#include "common/checkpoint_dir.h"
+#include "common/fs_util.h"
+#include "common/job_layout.h"
+#include "common/motion_export.h"
+#include "worker/model/weights.h"
+
+namespace adctl {
+
+Checkpointer::Checkpointer(const TrainerOptions& options, std::function<CheckpointState()> current)
+    : options_(options),
+      spec_(options.spec),
+      reporter_(*options.reporter),
+      current_(std::move(current)),
+      root_(JobLayout(options.job_dir).checkpoints(options.spec.checkpoint.dir)) {}
+
+Checkpointer::~Checkpointer() = default;
+
+std::optional<Failure> Checkpointer::CheckFolder() const {
+  if (!spec_.checkpoint.enabled || options_.rank != 0) return std::nullopt;
+  if (const std::string why = CheckpointDirProblem(root_, 0); !why.empty()) {
+    return Failure{kExitBadSpec, "checkpoint.dir: " + why};
+  }
+  return std::nullopt;
+}
+
+std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, AdamW& optimizer,
+                                            torch::Device device, DistributedSampler& sampler,
+                                            TrainState& state) {
+  auto latest = LatestVerifiedCheckpoint(root_);
+  if (!latest.ok()) return Failure{kExitDataError, latest.status().ToString()};
+  if (!latest->has_value()) {
+    // Checkpoints that all fail verification: say so before starting over from step 0.
+    auto listed = ListCheckpoints(root_);
+    if (listed.ok() && !listed->empty() && options_.rank == 0) {
+      reporter_.OnEvent(EventLevel::kWarning,
+                        "none of the " + std::to_string(listed->size()) + " checkpoint(s) in " +
+                            root_ + " verifies (see the rank log); training starts from step 0");
+    }
+    return std::nullopt;
+  }
+  const auto& ckpt = **latest;
+  const std::string dir = ckpt.info.path;
+  if (options_.rank == 0) ReportSkipped(ckpt.info.step);
+  auto weights = ReadTensorFile(dir + "/motion_adapter/diffusion_pytorch_model.safetensors");
+  if (!weights.ok()) return Failure{kExitDataError, weights.status().ToString()};
+  auto st = LoadStrict(
+      model, *weights,
+      [](const std::string& k) { return k.find("motion_modules.") != std::string::npos; }, dir);
+  if (!st.ok())
+    return Failure{kExitModelError, "checkpoint does not fit the model: " + st.ToString()};
+  auto opt = ReadTensorFile(dir + "/optimizer.safetensors");
+  if (!opt.ok()) return Failure{kExitDataError, opt.status().ToString()};
+  for (auto& [k, t] : *opt) t = t.to(device);
+  st = optimizer.LoadStateDict(*opt);
+  if (!st.ok()) return Failure{kExitDataError, dir + ": " + st.ToString()};
+  auto saved = TrainState::FromJson(ckpt.manifest.metadata);
+  if (!saved.ok()) {
+    return Failure{kExitDataError, dir + "/manifest.json: " + saved.status().message()};
+  }
+  state.step = saved->step;
+  state.samples_seen = saved->samples_seen;
+  st = sampler.Restore(saved->sampler);
+  if (!st.ok()) return Failure{kExitDataError, dir + ": " + st.ToString()};
+  resumed_from_ = dir;
+  last_step_ = state.step;
+  const int64_t world = options_.world_size;
+  reporter_.OnEvent(
+      EventLevel::kInfo,
+      "resumed from " + dir + " at step " + std::to_string(state.step) +
+          (saved->world_size != world ? " (world size " + std::to_string(saved->world_size) +
+                                            " -> " + std::to_string(world) + ")"
+                                      : ""));
+  return std::nullopt;
+}
+
+void Checkpointer::ReportSkipped(int64_t step) {
+  std::string skipped;
+  if (auto listed = ListCheckpoints(root_); listed.ok()) {
+    for (const CheckpointInfo& c : *listed) {
+      if (c.step > step) skipped += (skipped.empty() ? "" : ", ") + std::to_string(c.step);
+    }
+  }
+  if (skipped.empty()) return;
+  reporter_.OnEvent(EventLevel::kWarning,
+                    "the checkpoint(s) of step " + skipped + " in " + root_ +
+                        " do not verify (corrupt or incomplete; see the rank log): resuming "
+                        "from the older step " +
+                        std::to_string(step));
+}
+
+void Checkpointer::StartWriter(bool reserve) {
+  if (!spec_.checkpoint.enabled || options_.rank != 0) return;
+  saver_ = std::make_unique<CheckpointSaver>(root_, spec_.checkpoint.keep_last, resumed_from_);
+  if (reserve) saver_->Reserve(current_());
+}
+
+std::optional<Failure> Checkpointer::Save(int64_t step, bool wait, Communicator* comm) {
+  if (!spec_.checkpoint.enabled) return std::nullopt;
+  if (options_.rank == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // Never two in flight: the previous write ends (and is reported) first.
+    if (auto f = Collect(/*wait=*/true)) return f;
+    saver_->Start(current_());
+    stall_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (wait) {
+      if (auto f = Collect(/*wait=*/true)) return f;
+    }
+  }
+  if (wait && comm != nullptr) comm->Barrier();
+  last_step_ = step;
+  return std::nullopt;
+}
+
+std::optional<Failure> Checkpointer::SaveFinal(int64_t step, Communicator* comm) {
+  if (last_step_ != step) return Save(step, /*wait=*/true, comm);
+  return Collect(/*wait=*/true);
+}
+
+std::optional<Failure> Checkpointer::Collect(bool wait) {
+  if (!saver_) return std::nullopt;
+  const std::optional<SavedCheckpoint> saved = wait ? saver_->Wait() : saver_->Poll();
+  if (!saved) return std::nullopt;
+  if (!saved->status.ok()) {
+    const std::string what =
+        "checkpoint step " + std::to_string(saved->step) + ": " + saved->status.ToString();
+    const std::string why = CheckpointDirProblem(root_, last_bytes_);
+    if (why.empty()) return Failure{kExitCrash, what};
+    return Failure{kExitDataError, what + " (" + why + ")"};
+  }
+  if (!saved->retention_error.empty()) {
+    reporter_.OnEvent(EventLevel::kWarning, "retention: " + saved->retention_error);
+  }
+  last_path_ = saved->path;
+  last_bytes_ = saved->size_bytes;
+  CheckpointReport report;
+  report.step = saved->step;
+  report.path = saved->path;
+  report.size_bytes = saved->size_bytes;
+  report.save_seconds = saved->write_seconds + saved->commit_seconds;
+  report.stall_seconds = stall_seconds_;
+  char timing[240];
+  std::snprintf(timing, sizeof(timing),
+                "checkpoint step %lld: %.2f GB; training paused %.2f s (copy to host %.2f s), "
+                "written in the background in %.1f s (tensors to files %.1f s, sha256 + fsync + "
+                "rename %.1f s)",
+                static_cast<long long>(saved->step), saved->size_bytes / 1e9, stall_seconds_,
+                saved->copy_seconds, report.save_seconds, saved->write_seconds,
+                saved->commit_seconds);
+  reporter_.OnEvent(EventLevel::kInfo, timing);
+  reporter_.OnCheckpoint(report);
+  return std::nullopt;
+}
+
+std::optional<Failure> Checkpointer::ExportForInferenceTools(UNet3DImpl& model, int64_t step) {
+  if (spec_.exports.formats.empty() || options_.rank != 0) return std::nullopt;
+  const std::string out_dir = JobLayout(options_.job_dir).exports_step(step);
+  const std::string live = out_dir + "/motion_adapter.live";
+  const std::string adapter =
+      last_path_.empty() || last_step_ != step ? live : last_path_ + "/motion_adapter";
+  if (adapter == live) {
+    auto st = SaveMotionAdapter(model, adapter);
+    if (!st.ok()) return Failure{kExitCrash, "export: " + st.ToString()};
+  }
+  for (const auto& name : spec_.exports.formats) {
+    auto format = ParseExportFormat(name);
+    if (!format.ok()) return Failure{kExitBadSpec, format.status().ToString()};
+    auto info =
+        ExportMotionModules(adapter, *format, out_dir + "/" + ExportFileName(*format),
+                            {{"adctl_step", std::to_string(step)}, {"adctl_job", spec_.name}});
+    if (!info.ok()) return Failure{kExitCrash, "export: " + info.status().ToString()};
+    reporter_.OnEvent(EventLevel::kInfo, std::string("exported ") + name + " (" +
+                                             info->motion_norm + " GroupNorm) → " + info->path);
+  }
+  if (adapter == live) (void)RemoveTree(adapter);
+  return std::nullopt;
+}
+
+}  // namespace adctl
