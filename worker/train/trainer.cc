@@ -120,6 +120,14 @@ class Trainer {
 
   // The UNet with trainable fp32 motion modules (worker/train/training_model.h).
   std::optional<Failure> BuildModel() {
+    // Until the trainer trains adapters, a LoRA spec must not train the whole motion modules
+    // in its place (issue 29: the adapters, their parity and files exist; the loop is next).
+    if (spec_.model.lora.enabled()) {
+      return Failure{kExitBadSpec,
+                     "model.lora: this adworker cannot train a LoRA yet (check-parity "
+                     "--motion-lora loads and checks one); remove model.lora to train the "
+                     "motion modules"};
+    }
     return BuildTrainingModel(o_, device_, compute_dtype_, model_);
   }
 
