@@ -171,9 +171,8 @@ Result<LoraAdapters> LoraAdapters::Load(UNet3DImpl& model, const std::string& pa
   const auto& first = found.begin()->second.first;
   out.rank_ = first.defined() ? first.size(0) : 0;
   out.alpha_ = static_cast<double>(out.rank_);
-  if (animatediff) {
-    out.alpha_ = static_cast<double>(out.rank_);
-  } else if (auto it = (*file)->metadata().find(kMetadataKey); it != (*file)->metadata().end()) {
+  auto it = animatediff ? (*file)->metadata().end() : (*file)->metadata().find(kMetadataKey);
+  if (it != (*file)->metadata().end()) {
     nlohmann::json meta = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
     if (meta.is_discarded() || !meta.is_object()) {
       return InvalidArgument(path + ": its " + std::string(kMetadataKey) + " is not a JSON object");
@@ -238,25 +237,6 @@ std::vector<std::pair<std::string, torch::Tensor>> LoraAdapters::Parameters() co
     out.emplace_back(e.module + kLoraB, e.layer->B);
   }
   return out;
-}
-
-Status LoraAdapters::Assign(const std::map<std::string, torch::Tensor>& tensors,
-                            const std::string& where) {
-  torch::NoGradGuard no_grad;
-  for (auto& [name, param] : Parameters()) {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) return InvalidArgument(where + ": no LoRA tensor " + name);
-    if (it->second.sizes() != param.sizes()) {
-      return InvalidArgument(where + ": " + name + " is " + std::to_string(it->second.dim()) +
-                             "-d of another shape than the adapter's");
-    }
-    param.copy_(it->second);
-  }
-  if (tensors.size() != 2 * layers_.size()) {
-    return InvalidArgument(where + ": " + std::to_string(tensors.size()) +
-                           " tensors for an adapter of " + std::to_string(2 * layers_.size()));
-  }
-  return Status::Ok();
 }
 
 void LoraAdapters::Train(bool on) {

@@ -66,9 +66,6 @@ class LoraAdapters {
   // The adapter tensors (trainable leaves) by name: "<module>.lora_A.weight", "….lora_B.weight",
   // in the model's module order.
   std::vector<std::pair<std::string, torch::Tensor>> Parameters() const;
-  // Copies `tensors` (names as Parameters()) into the adapters; every adapter tensor must be
-  // there with its shape (a checkpoint's, or init_from's after renaming).
-  Status Assign(const std::map<std::string, torch::Tensor>& tensors, const std::string& where);
   // Dropout on or off (the trainer's train()/eval()).
   void Train(bool on);
 
