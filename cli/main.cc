@@ -739,14 +739,22 @@ int main(int argc, char** argv) {
 
   ExportArgs exp;
   auto* export_cmd = add_job_command(
-      "export", "save the trained motion modules for diffusers, ComfyUI or AUTOMATIC1111");
+      "export",
+      "save the trained motion modules (or LoRA) for diffusers, ComfyUI or AUTOMATIC1111");
   export_cmd->add_option("--step", exp.step, "a committed checkpoint's step (default: newest)");
   export_cmd
       ->add_option("--format", exp.format,
-                   "diffusers (a MotionAdapter folder) or animatediff (one .safetensors file)")
+                   "diffusers (a MotionAdapter folder) or animatediff (one .safetensors file); a "
+                   "LoRA job's: diffusers-lora (a folder with pytorch_lora_weights.safetensors), "
+                   "animatediff-lora (one MotionLoRA file) or merged (a folder: the base motion "
+                   "module with the LoRA merged in, both layouts)")
       ->required()
-      ->check(CLI::IsMember({"diffusers", "animatediff"}));
-  export_cmd->add_option("--out", exp.out, "where to write it (a folder for diffusers, a file)")
+      ->check(CLI::IsMember(
+          {"diffusers", "animatediff", "diffusers-lora", "animatediff-lora", "merged"}));
+  export_cmd
+      ->add_option("--out", exp.out,
+                   "where to write it (a folder for diffusers, diffusers-lora and merged; a "
+                   "file for animatediff and animatediff-lora)")
       ->required();
   export_cmd->callback(run([&](Client& c) { return Export(c, g, job_id, exp); }));
 

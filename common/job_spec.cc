@@ -757,7 +757,7 @@ Status ValidateLora(const ModelSpec& m, bool preprocess) {
   for (const std::string& t : l.targets) {
     ADCTL_RETURN_IF_ERROR(OneOf("model.lora.targets", t, {"to_q", "to_k", "to_v", "to_out.0"}));
   }
-  if (m.preset != ModelPreset::kNone) {
+  if (m.preset != ModelPreset::kNone && m.motion_adapter.empty() && m.motion_module_file.empty()) {
     return InvalidArgument("model.lora: preset " + Show(Name(m.preset)) +
                            " has random motion modules; a LoRA adapts a trained one (give "
                            "model.unet_motion, or model.pretrained with model.motion_adapter or "
@@ -804,14 +804,13 @@ Status ValidateJobSpec(const JobSpec& s) {
         "model: give one of model.pretrained, model.unet2d (+ motion_adapter) or "
         "model.unet_motion, not several");
   }
-  if (!m.motion_adapter.empty() && m.unet2d.empty() && m.pretrained.empty()) {
+  // With a preset, a trained motion module of the preset's shape replaces its random one
+  // (a LoRA benchmarked at the preset's size).
+  if (!m.motion_adapter.empty() && m.unet2d.empty() && m.pretrained.empty() &&
+      m.preset == ModelPreset::kNone) {
     return InvalidArgument("model.motion_adapter: " + Show(m.motion_adapter) +
-                           " needs model.pretrained or model.unet2d (a unet_motion or preset has "
+                           " needs model.pretrained, model.unet2d or a preset (a unet_motion has "
                            "its own modules)");
-  }
-  if (!m.motion_module_file.empty() && !has_paths) {
-    return InvalidArgument("model.motion_module_file: " + Show(m.motion_module_file) +
-                           " needs model.unet2d or model.unet_motion, not a preset");
   }
   ADCTL_RETURN_IF_ERROR(ValidateLora(m, preprocess));
 
@@ -995,8 +994,21 @@ Status ValidateJobSpec(const JobSpec& s) {
   // export
   for (size_t i = 0; i < s.exports.formats.size(); ++i) {
     const std::string path = "export.formats[" + std::to_string(i) + "]";
-    ADCTL_RETURN_IF_ERROR(OneOf(path.c_str(), s.exports.formats[i], {"diffusers", "animatediff"}));
     if (preprocess) return InvalidArgument(path + ": a preprocess job trains no motion modules");
+    // A LoRA job exports its adapters (and the base with them merged); any other its modules.
+    if (m.lora.enabled()) {
+      ADCTL_RETURN_IF_ERROR(OneOf(path.c_str(), s.exports.formats[i],
+                                  {"diffusers-lora", "animatediff-lora", "merged"}));
+      if (s.exports.formats[i] == "animatediff-lora" && m.lora.scope != LoraScope::kMotion) {
+        return InvalidArgument(path +
+                               ": animatediff-lora holds motion-module adapters only, "
+                               "and model.lora.scope is " +
+                               Show(Name(m.lora.scope)) + " (export diffusers-lora)");
+      }
+    } else {
+      ADCTL_RETURN_IF_ERROR(
+          OneOf(path.c_str(), s.exports.formats[i], {"diffusers", "animatediff"}));
+    }
   }
 
   // resources

@@ -66,7 +66,9 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-Result<std::string> AdapterWeights(const std::string& dir) {
+}  // namespace
+
+Result<std::string> MotionAdapterWeights(const std::string& dir) {
   for (const char* name :
        {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.fp16.safetensors"}) {
     if (fs::exists(fs::path(dir) / name)) return (fs::path(dir) / name).string();
@@ -75,8 +77,7 @@ Result<std::string> AdapterWeights(const std::string& dir) {
                   ": no diffusion_pytorch_model[.fp16].safetensors (not a MotionAdapter folder)");
 }
 
-// Moves `tmp` to `out`, replacing what is there.
-Status Commit(const std::string& tmp, const std::string& out) {
+Status MoveExportIntoPlace(const std::string& tmp, const std::string& out) {
   std::error_code ec;
   if (fs::is_directory(out) && fs::is_directory(tmp)) {
     auto removed = RemoveTree(out);
@@ -86,8 +87,6 @@ Status Commit(const std::string& tmp, const std::string& out) {
   if (ec) return Internal(out + ": cannot move the export into place: " + ec.message());
   return Status::Ok();
 }
-
-}  // namespace
 
 std::string AnimateDiffKeyToDiffusers(const std::string& key) {
   std::string k = key.rfind("module.", 0) == 0 ? key.substr(7) : key;
@@ -113,18 +112,53 @@ std::vector<std::string> DiffusersKeyToAnimateDiff(const std::string& key) {
   return {k};
 }
 
+namespace {
+
+constexpr std::pair<ExportFormat, const char*> kFormatNames[] = {
+    {ExportFormat::kDiffusers, "diffusers"},
+    {ExportFormat::kAnimateDiff, "animatediff"},
+    {ExportFormat::kDiffusersLora, "diffusers-lora"},
+    {ExportFormat::kAnimateDiffLora, "animatediff-lora"},
+    {ExportFormat::kMerged, "merged"},
+};
+
+}  // namespace
+
 Result<ExportFormat> ParseExportFormat(const std::string& name) {
-  if (name == "diffusers") return ExportFormat::kDiffusers;
-  if (name == "animatediff") return ExportFormat::kAnimateDiff;
-  return InvalidArgument("export format: must be 'diffusers' or 'animatediff', got '" + name + "'");
+  std::string names;
+  for (const auto& [format, n] : kFormatNames) {
+    if (name == n) return format;
+    names += std::string(names.empty() ? "'" : ", '") + n + "'";
+  }
+  return InvalidArgument("export format: must be one of " + names + ", got '" + name + "'");
 }
 
 const char* ExportFormatName(ExportFormat format) {
-  return format == ExportFormat::kDiffusers ? "diffusers" : "animatediff";
+  for (const auto& [f, n] : kFormatNames) {
+    if (f == format) return n;
+  }
+  return "?";
+}
+
+bool IsLoraExportFormat(ExportFormat format) {
+  return format == ExportFormat::kDiffusersLora || format == ExportFormat::kAnimateDiffLora ||
+         format == ExportFormat::kMerged;
 }
 
 std::string ExportFileName(ExportFormat format) {
-  return format == ExportFormat::kDiffusers ? "motion_adapter" : "motion_module.safetensors";
+  switch (format) {
+    case ExportFormat::kDiffusers:
+      return "motion_adapter";
+    case ExportFormat::kAnimateDiff:
+      return "motion_module.safetensors";
+    case ExportFormat::kDiffusersLora:
+      return "lora_diffusers";  // a folder: load_lora_weights(dir) reads its one file
+    case ExportFormat::kAnimateDiffLora:
+      return "motion_lora.safetensors";
+    case ExportFormat::kMerged:
+      return "merged";  // motion_adapter/ and motion_module.safetensors
+  }
+  return "export";
 }
 
 Result<std::string> RecordedMotionNorm(const std::string& path) {
@@ -146,11 +180,15 @@ Result<std::string> RecordedMotionNorm(const std::string& path) {
 Result<ExportInfo> ExportMotionModules(const std::string& adapter_dir, ExportFormat format,
                                        const std::string& out,
                                        const std::map<std::string, std::string>& metadata) {
+  if (IsLoraExportFormat(format)) {
+    return InvalidArgument(std::string("export format ") + ExportFormatName(format) +
+                           " is made from a LoRA, not from motion modules");
+  }
   const std::string config_path = adapter_dir + "/config.json";
   if (!fs::exists(config_path)) {
     return NotFound(adapter_dir + ": no config.json (not a MotionAdapter folder)");
   }
-  auto weights = AdapterWeights(adapter_dir);
+  auto weights = MotionAdapterWeights(adapter_dir);
   if (!weights.ok()) return weights.status();
   auto norm = RecordedMotionNorm(config_path);
   if (!norm.ok()) return norm.status();
@@ -205,7 +243,7 @@ Result<ExportInfo> ExportMotionModules(const std::string& adapter_dir, ExportFor
     config["motion_norm"] = info.motion_norm;
     ADCTL_RETURN_IF_ERROR(WriteTextFile(tmp + "/config.json", config.dump(2) + "\n"));
   }
-  ADCTL_RETURN_IF_ERROR(Commit(tmp, out));
+  ADCTL_RETURN_IF_ERROR(MoveExportIntoPlace(tmp, out));
   info.path = out;
   return info;
 }

@@ -29,10 +29,15 @@ std::string AnimateDiffKeyToDiffusers(const std::string& key);
 // `pos_embed.pe` (each attention block has its own table there); none for non-motion keys.
 std::vector<std::string> DiffusersKeyToAnimateDiff(const std::string& key);
 
-enum class ExportFormat { kDiffusers, kAnimateDiff };
-// "diffusers" / "animatediff"; an unknown name is InvalidArgument listing both.
+// The formats of a full-module checkpoint (diffusers, animatediff) and of a LoRA job's
+// (diffusers-lora, animatediff-lora, merged: common/checkpoint_export.h).
+enum class ExportFormat { kDiffusers, kAnimateDiff, kDiffusersLora, kAnimateDiffLora, kMerged };
+// "diffusers", "animatediff", "diffusers-lora", "animatediff-lora", "merged"; an unknown name
+// is InvalidArgument listing them.
 Result<ExportFormat> ParseExportFormat(const std::string& name);
 const char* ExportFormatName(ExportFormat format);
+// Whether `format` is made from a LoRA job's checkpoint (the last three).
+bool IsLoraExportFormat(ExportFormat format);
 // The file or folder name an export of `format` gets inside an export directory.
 std::string ExportFileName(ExportFormat format);
 
@@ -54,5 +59,10 @@ Result<ExportInfo> ExportMotionModules(const std::string& adapter_dir, ExportFor
 
 // The `motion_norm` a MotionAdapter config.json or a safetensors file records ("" when none).
 Result<std::string> RecordedMotionNorm(const std::string& path);
+
+// The weights file of MotionAdapter folder `dir`: diffusion_pytorch_model[.fp16].safetensors.
+Result<std::string> MotionAdapterWeights(const std::string& dir);
+// Moves the finished export `tmp` (a file or a folder) to `out`, replacing what is there.
+Status MoveExportIntoPlace(const std::string& tmp, const std::string& out);
 
 }  // namespace adctl

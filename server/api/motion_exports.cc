@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/checkpoint_dir.h"
+#include "common/checkpoint_export.h"
 #include "common/job_layout.h"
 
 namespace adctl {
@@ -33,6 +34,20 @@ Result<std::vector<ArtifactView>> FilesOf(const std::string& job_dir, const std:
   std::sort(out.begin(), out.end(),
             [](const ArtifactView& a, const ArtifactView& b) { return a.relative < b.relative; });
   return out;
+}
+
+// The file of an export of `format` at `out` that records its GroupNorm scope.
+std::string ExportedNormFile(ExportFormat format, const std::string& out) {
+  switch (format) {
+    case ExportFormat::kDiffusers:
+      return out + "/config.json";
+    case ExportFormat::kDiffusersLora:
+      return out + "/" + kLoraFileName;
+    case ExportFormat::kMerged:
+      return out + "/" + ExportFileName(ExportFormat::kAnimateDiff);
+    default:
+      return out;
+  }
 }
 
 }  // namespace
@@ -64,10 +79,14 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
     return NotFound("job " + job_id + ": no committed checkpoint at step " + std::to_string(step) +
                     "; committed steps: " + committed);
   }
-  const std::string adapter = chosen->path + "/motion_adapter";
-  if (!fs::is_directory(adapter)) {
-    return FailedPrecondition("checkpoint step " + std::to_string(chosen->step) +
-                              " holds no motion modules (motion_adapter/): " + chosen->path);
+  // The format must fit what the checkpoint holds: whole motion modules or a LoRA.
+  const bool lora = fs::is_directory(chosen->path + "/" + kLoraCheckpointDir);
+  if (IsLoraExportFormat(*format) != lora) {
+    return FailedPrecondition("format: checkpoint step " + std::to_string(chosen->step) +
+                              " of job " + job_id +
+                              (lora ? " holds a LoRA, which exports as "
+                                    : " holds whole motion modules, which export as ") +
+                              ExportFormatsFor(lora));
   }
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -79,8 +98,7 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
   result.relative = fs::path(out).lexically_relative(layout.dir()).generic_string();
   std::error_code ec;
   if (fs::exists(out, ec)) {
-    auto norm =
-        RecordedMotionNorm(*format == ExportFormat::kDiffusers ? out + "/config.json" : out);
+    auto norm = RecordedMotionNorm(ExportedNormFile(*format, out));
     if (!norm.ok()) return norm.status();
     result.motion_norm = *norm;
   } else {
@@ -91,8 +109,8 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
       return DataLoss("checkpoint step " + std::to_string(chosen->step) +
                       " fails verification: " + verified.status().message());
     }
-    auto info = ExportMotionModules(
-        adapter, *format, out,
+    auto info = ExportCheckpoint(
+        chosen->path, *format, out,
         {{"adctl_step", std::to_string(chosen->step)}, {"adctl_job", job->job.name}});
     if (!info.ok()) return info.status();
     result.motion_norm = info->motion_norm;

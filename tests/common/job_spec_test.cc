@@ -225,11 +225,7 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
        "model: give one of model.pretrained, model.unet2d (+ motion_adapter) or model.unet_motion, "
        "not several"},
       {{"model.preset=", "model.unet_motion=/b", "model.motion_adapter=/c"},
-       "model.motion_adapter: '/c' needs model.pretrained or model.unet2d"},
-      {{"model.motion_adapter=/c"},
-       "model.motion_adapter: '/c' needs model.pretrained or model.unet2d"},
-      {{"model.motion_module_file=/f.safetensors"},
-       "model.motion_module_file: '/f.safetensors' needs"},
+       "model.motion_adapter: '/c' needs model.pretrained, model.unet2d or a preset"},
       {{"resources.max_restarts=-1"}, "resources.max_restarts: must be in [0, 1000], got -1"},
       {{"resources.grace_seconds=-1"}, "resources.grace_seconds: must be >= 0"},
       // Sizes that cannot fit are refused at submit, not by a rank's allocation.
@@ -449,12 +445,25 @@ TEST(JobSpecTest, LoraIsANestedSectionWithItsOwnChecks) {
       {"model: {unet_motion: /m/u, lora: {rank: 4, ranks: 8}}\n",
        "unknown field 'model.lora.ranks' (did you mean 'model.lora.rank'?)"},
       {"model: {unet_motion: /m/u, lora: 4}\n", "model.lora: expected a mapping"},
+      // A LoRA job exports LoRA formats; a full-module job the motion-module ones.
+      {"model: {unet_motion: /m/u, lora: {rank: 4}}\nexport: {formats: [diffusers]}\n",
+       "export.formats[0]: must be one of 'diffusers-lora', 'animatediff-lora', 'merged'"},
+      {"model: {unet_motion: /m/u}\nexport: {formats: [merged]}\n",
+       "export.formats[0]: must be one of 'diffusers', 'animatediff'"},
+      {"model: {unet_motion: /m/u, lora: {rank: 4, scope: both}}\n"
+       "export: {formats: [animatediff-lora]}\n",
+       "animatediff-lora holds motion-module adapters only"},
   };
   for (const auto& [text, says] : bad) {
     auto refused = ParseJobSpec(text);
     ASSERT_FALSE(refused.ok()) << text;
     EXPECT_THAT(refused.status().message(), HasSubstr(says)) << text;
   }
+  // A preset with a trained motion module of its shape takes a LoRA (benchmarks at its size).
+  auto preset = ParseJobSpec(
+      "model: {preset: sd15, motion_adapter: /ckpt/motion_adapter, lora: {rank: 64}}\n"
+      "export: {formats: [diffusers-lora, animatediff-lora, merged]}\n");
+  EXPECT_TRUE(preset.ok()) << preset.status().ToString();
 }
 
 TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {

@@ -10,6 +10,7 @@
 #include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
+#include "worker/model/lora.h"
 #include "worker/model/weights.h"
 #include "worker/train/checkpoint_saver.h"
 #include "worker/train/optimizer.h"
@@ -69,6 +70,39 @@ TEST_F(EngineGpuTest, Fp32ParityWithDiffusersOnCuda) {
   EXPECT_LT(worst, 1e-3) << worst_name;
 }
 
+// MotionLoRA on CUDA in fp32 (the fused short-attention path with the adapters' terms): the
+// PEFT fixture's prediction and every adapter gradient, as on the CPU.
+TEST_F(EngineGpuTest, MotionLoraParityOnCuda) {
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  ModelSources src;
+  src.unet_motion = kFixtures + "/unet_motion";
+  auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto model = loaded->model;
+  model->to(torch::kCUDA);
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  auto adapters = LoraAdapters::Load(*model, kFixtures + "/motion_lora.safetensors");
+  ASSERT_TRUE(adapters.ok()) << adapters.status().ToString();
+  auto io = ReadTensorFile(kFixtures + "/motion_lora_io.safetensors");
+  ASSERT_TRUE(io.ok());
+  auto& t = *io;
+  auto pred =
+      model->forward(t["sample"].cuda(), t["timesteps"].cuda(), t["encoder_hidden_states"].cuda());
+  torch::mse_loss(pred, t["target"].cuda()).backward();
+  EXPECT_LT(RelativeError(pred.detach(), t["pred"]), 1e-4);
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, p] : adapters->Parameters()) {
+    const double e = RelativeError(p.grad(), t.at("unet." + name));
+    if (e > worst) {
+      worst = e;
+      worst_name = name;
+    }
+  }
+  EXPECT_LT(worst, 1e-3) << worst_name;
+}
+
 class RecordingReporter : public Reporter {
  public:
   void OnTrainingStarted(int64_t, int64_t) override {}
@@ -80,10 +114,11 @@ class RecordingReporter : public Reporter {
   std::vector<std::string> events;
 };
 
-// Trains the tiny preset in `job_dir` with the spec after `name: g` and `model: {preset: tiny}`;
-// the exit code, with what was reported in `rep`.
-int TrainTiny(const std::string& spec_rest, const fs::path& job_dir, RecordingReporter& rep) {
-  auto spec = ParseJobSpec("name: g\nmodel: {preset: tiny}\n" + spec_rest);
+// Trains the tiny preset (or `model`) in `job_dir` with the spec after `name: g` and
+// `model: {preset: tiny}`; the exit code, with what was reported in `rep`.
+int TrainTiny(const std::string& spec_rest, const fs::path& job_dir, RecordingReporter& rep,
+              const std::string& model = "{preset: tiny}") {
+  auto spec = ParseJobSpec("name: g\nmodel: " + model + "\n" + spec_rest);
   if (!spec.ok()) {
     rep.events.push_back(spec.status().ToString());
     return kExitBadSpec;
@@ -228,6 +263,52 @@ TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
   ASSERT_EQ(losses[true].size(), 8u);
   ASSERT_EQ(losses[false].size(), 8u);
   for (size_t i = 0; i < 8; ++i) {
+    EXPECT_NEAR(losses[true][i], losses[false][i], 2e-2 * std::abs(losses[false][i]))
+        << "step " << i + 1;
+  }
+}
+
+// A MotionLoRA job in bf16 on the GPU with the fused kernels, eager and as a CUDA graph: the
+// adapters train (the same loss curve both ways, to bf16 rounding), the frozen motion modules in
+// bf16 too, and the checkpoint holds the LoRA alone.
+TEST_F(EngineGpuTest, MotionLoraTrainsInBf16WithCudaGraphs) {
+  std::map<bool, std::vector<double>> losses;
+  for (bool graphs : {false, true}) {
+    const auto dir = fs::temp_directory_path() / ("adctl-gpu-lora-" + std::to_string(graphs) + "-" +
+                                                  std::to_string(::getpid()));
+    RecordingReporter rep;
+    ASSERT_EQ(TrainTiny("data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, "
+                        "width: 16, text_len: 4}\n"
+                        "train: {max_steps: 6, batch_size: 2, lr: 1.0e-2, precision: bf16, "
+                        "cuda_graphs: " +
+                            std::string(graphs ? "true" : "false") +
+                            "}\n"
+                            "checkpoint: {every_steps: 6, keep_last: 1}\n"
+                            "export: {formats: [animatediff-lora]}\n",
+                        dir, rep,
+                        "{unet2d: " + kFixtures + "/unet2d, motion_adapter: " + kFixtures +
+                            "/motion_adapter, lora: {rank: 4, alpha: 4}}"),
+              kExitOk)
+        << (rep.events.empty() ? "" : rep.events.back());
+    for (const auto& s : rep.steps) losses[graphs].push_back(s.loss);
+    bool captured = false;
+    for (const auto& e : rep.events) captured = captured || e.find("captured") != std::string::npos;
+    EXPECT_EQ(captured, graphs);
+    const fs::path ckpt = dir / "checkpoints" / CheckpointDirName(6);
+    EXPECT_FALSE(fs::exists(ckpt / "motion_adapter"));
+    auto lora = ReadTensorFile((ckpt / "lora" / "pytorch_lora_weights.safetensors").string());
+    ASSERT_TRUE(lora.ok()) << lora.status().ToString();
+    double b_norm = 0;
+    for (const auto& [k, t] : *lora) {
+      if (k.find("lora_B") != std::string::npos) b_norm += t.norm().item<double>();
+    }
+    EXPECT_GT(b_norm, 0);
+    EXPECT_TRUE(fs::exists(dir / "export" / CheckpointDirName(6) / "motion_lora.safetensors"));
+    EXPECT_TRUE(RemoveTree(dir.string()).ok());
+  }
+  ASSERT_EQ(losses[true].size(), 6u);
+  ASSERT_EQ(losses[false].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
     EXPECT_NEAR(losses[true][i], losses[false][i], 2e-2 * std::abs(losses[false][i]))
         << "step " << i + 1;
   }

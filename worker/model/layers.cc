@@ -225,7 +225,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
       const int64_t c = to_q->weight.size(0);
       std::vector<torch::Tensor> deltas;
       for (const auto* lora : {&lora_q, &lora_k, &lora_v}) {
-        deltas.push_back(*lora ? (*lora)->Delta(x) : torch::zeros_like(qkv.narrow(-1, 0, c)));
+        deltas.push_back(*lora ? (*lora)->Delta(x, is_training())
+                               : torch::zeros_like(qkv.narrow(-1, 0, c)));
       }
       qkv = qkv + torch::cat(deltas, -1);
     }
@@ -257,9 +258,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 
 torch::Tensor AttentionImpl::Project(const torch::nn::Linear& layer,
                                      const std::shared_ptr<LoraLayer>& lora,
-                                     const torch::Tensor& x) {
+                                     const torch::Tensor& x) const {
   auto y = LinearIn(layer, x);
-  return lora ? y + lora->Delta(x) : y;
+  return lora ? y + lora->Delta(x, is_training()) : y;
 }
 
 std::shared_ptr<LoraLayer>* AttentionImpl::LoraSlot(const std::string& projection) {

@@ -115,9 +115,10 @@ class AttentionImpl : public torch::nn::Module {
   std::shared_ptr<LoraLayer> lora_q, lora_k, lora_v, lora_out;
 
  private:
-  // x's projection by `layer`, plus its adapter's term when it has one.
-  static torch::Tensor Project(const torch::nn::Linear& layer,
-                               const std::shared_ptr<LoraLayer>& lora, const torch::Tensor& x);
+  // x's projection by `layer`, plus its adapter's term when it has one (its dropout while the
+  // module trains).
+  torch::Tensor Project(const torch::nn::Linear& layer, const std::shared_ptr<LoraLayer>& lora,
+                        const torch::Tensor& x) const;
 };
 TORCH_MODULE(Attention);
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/motion_export.h"
+#include "common/checkpoint_export.h"
 #include "common/safetensors.h"
 #include "worker/model/unet3d.h"
 #include "worker/model/weights.h"
@@ -19,7 +19,6 @@ namespace {
 constexpr char kLoraA[] = ".lora_A.weight";
 constexpr char kLoraB[] = ".lora_B.weight";
 constexpr char kDiffusersPrefix[] = "unet.";
-constexpr char kMetadataKey[] = "lora_adapter_metadata";
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -49,33 +48,9 @@ std::vector<std::pair<std::string, AttentionImpl*>> AttentionLayers(UNet3DImpl& 
   return out;
 }
 
-// An AnimateDiff MotionLoRA key (`….attention_blocks.J.processor.to_q_lora.down.weight`) as the
-// diffusers module path and tensor (`….attnJ+1.to_q`, "lora_A"); false when it is not one.
-bool AnimateDiffLoraKey(const std::string& key, std::string* module, bool* is_a) {
-  static const std::pair<const char*, const char*> kProjections[] = {
-      {".processor.to_q_lora.", "to_q"},
-      {".processor.to_k_lora.", "to_k"},
-      {".processor.to_v_lora.", "to_v"},
-      {".processor.to_out_lora.", "to_out.0"}};
-  for (const auto& [marker, projection] : kProjections) {
-    const size_t at = key.find(marker);
-    if (at == std::string::npos) continue;
-    const std::string tail = key.substr(at + std::string(marker).size());
-    if (tail != "down.weight" && tail != "up.weight") return false;
-    // The block's path through the motion-module key map, as if it were a projection weight.
-    const std::string mapped =
-        AnimateDiffKeyToDiffusers(key.substr(0, at) + "." + projection + ".weight");
-    if (mapped.empty()) return false;
-    *module = mapped.substr(0, mapped.size() - std::string(".weight").size());
-    *is_a = tail == "down.weight";
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
-torch::Tensor LoraLayer::Delta(const torch::Tensor& x) const {
+torch::Tensor LoraLayer::Delta(const torch::Tensor& x, bool training) const {
   const auto dtype = x.scalar_type();
   auto a = A.scalar_type() == dtype ? A : A.to(dtype);
   auto b = B.scalar_type() == dtype ? B : B.to(dtype);
@@ -154,7 +129,7 @@ Result<LoraAdapters> LoraAdapters::Load(UNet3DImpl& model, const std::string& pa
       module = key.substr(std::string(kDiffusersPrefix).size(),
                           key.size() - std::string(kDiffusersPrefix).size() -
                               std::string(is_a ? kLoraA : kLoraB).size());
-    } else if (AnimateDiffLoraKey(key, &module, &is_a)) {
+    } else if (AnimateDiffLoraKeyToModule(key, &module, &is_a)) {
       animatediff = true;
     } else {
       return InvalidArgument(path + ": tensor '" + key +
@@ -171,11 +146,13 @@ Result<LoraAdapters> LoraAdapters::Load(UNet3DImpl& model, const std::string& pa
   const auto& first = found.begin()->second.first;
   out.rank_ = first.defined() ? first.size(0) : 0;
   out.alpha_ = static_cast<double>(out.rank_);
-  auto it = animatediff ? (*file)->metadata().end() : (*file)->metadata().find(kMetadataKey);
+  auto it =
+      animatediff ? (*file)->metadata().end() : (*file)->metadata().find(kDiffusersLoraMetadataKey);
   if (it != (*file)->metadata().end()) {
     nlohmann::json meta = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
     if (meta.is_discarded() || !meta.is_object()) {
-      return InvalidArgument(path + ": its " + std::string(kMetadataKey) + " is not a JSON object");
+      return InvalidArgument(path + ": its " + std::string(kDiffusersLoraMetadataKey) +
+                             " is not a JSON object");
     }
     if (meta.contains("unet.r") && meta["unet.r"].is_number_integer() &&
         meta["unet.r"].get<int64_t>() != out.rank_) {
@@ -239,8 +216,31 @@ std::vector<std::pair<std::string, torch::Tensor>> LoraAdapters::Parameters() co
   return out;
 }
 
-void LoraAdapters::Train(bool on) {
-  for (Entry& e : layers_) e.layer->training = on;
+Status LoraAdapters::Restore(const std::map<std::string, torch::Tensor>& diffusers_tensors) {
+  torch::NoGradGuard no_grad;
+  for (const Entry& e : layers_) {
+    for (const auto& [suffix, live] :
+         {std::pair<const char*, torch::Tensor>{kLoraA, e.layer->A}, {kLoraB, e.layer->B}}) {
+      const std::string name = kDiffusersPrefix + e.module + suffix;
+      auto it = diffusers_tensors.find(name);
+      if (it == diffusers_tensors.end()) return NotFound("no tensor " + name);
+      if (it->second.sizes() != live.sizes()) {
+        return InvalidArgument(name + " has shape " + c10::str(it->second.sizes()) +
+                               ", the adapter " + c10::str(live.sizes()));
+      }
+      live.copy_(it->second);
+    }
+  }
+  if (diffusers_tensors.size() != 2 * layers_.size()) {
+    return InvalidArgument("holds " + std::to_string(diffusers_tensors.size()) +
+                           " LoRA tensors; the model's adapters are " +
+                           std::to_string(2 * layers_.size()));
+  }
+  return Status::Ok();
+}
+
+void LoraAdapters::SetDropout(double p) {
+  for (Entry& e : layers_) e.layer->dropout = p;
 }
 
 int64_t LoraAdapters::parameter_count() const {
@@ -268,7 +268,7 @@ std::map<std::string, std::string> LoraAdapters::DiffusersMetadata(bool fold_alp
       {"unet.r", rank_},
       {"unet.lora_alpha", fold_alpha ? static_cast<double>(rank_) : alpha_},
       {"unet.target_modules", targets}};
-  return {{"format", "pt"}, {kMetadataKey, meta.dump()}};
+  return {{"format", "pt"}, {kDiffusersLoraMetadataKey, meta.dump()}};
 }
 
 }  // namespace adctl

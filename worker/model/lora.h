@@ -32,13 +32,12 @@ class UNet3DImpl;
 
 // One adapted projection.
 struct LoraLayer {
-  torch::Tensor A;        // [rank, in], fp32, on the model's device
-  torch::Tensor B;        // [out, rank]
-  double scale = 1.0;     // alpha / rank
-  double dropout = 0.0;   // on the adapter's input, while training (PEFT's lora_dropout)
-  bool training = false;  // follows the model's train()/eval() through LoraAdapters::Train
-  // scale · B (A x), in x's dtype.
-  torch::Tensor Delta(const torch::Tensor& x) const;
+  torch::Tensor A;       // [rank, in], fp32, on the model's device
+  torch::Tensor B;       // [out, rank]
+  double scale = 1.0;    // alpha / rank
+  double dropout = 0.0;  // on the adapter's input while the model trains (PEFT's lora_dropout)
+  // scale · B (A x), in x's dtype; `training`: the adapted layer's train() mode.
+  torch::Tensor Delta(const torch::Tensor& x, bool training) const;
 };
 
 // The projections a target name selects, as diffusers names them.
@@ -66,8 +65,11 @@ class LoraAdapters {
   // The adapter tensors (trainable leaves) by name: "<module>.lora_A.weight", "….lora_B.weight",
   // in the model's module order.
   std::vector<std::pair<std::string, torch::Tensor>> Parameters() const;
-  // Dropout on or off (the trainer's train()/eval()).
-  void Train(bool on);
+  // Copies the values of a checkpoint's LoRA file (DiffusersTensors(false) names) into the
+  // adapters; every adapter must be there with its shape.
+  Status Restore(const std::map<std::string, torch::Tensor>& diffusers_tensors);
+  // Dropout on the adapters' input while training (init_from's adapters take the spec's).
+  void SetDropout(double p);
 
   int64_t rank() const { return rank_; }
   double alpha() const { return alpha_; }

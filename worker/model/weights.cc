@@ -357,11 +357,7 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, MotionNorm norm) {
           LoadStrict(*out.model, motion_tensors, IsMotionWeight, src.motion_module_file));
       out.motion_loaded = true;
     } else if (!src.motion_adapter.empty()) {
-      auto adapter_path = FindModelWeights(src.motion_adapter);
-      if (!adapter_path.ok()) return adapter_path.status();
-      auto adapter = ReadTensorFile(*adapter_path);
-      if (!adapter.ok()) return adapter.status();
-      ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, *adapter, IsMotionKey, *adapter_path));
+      ADCTL_RETURN_IF_ERROR(LoadMotionModules(*out.model, src.motion_adapter, ""));
       out.motion_loaded = true;
     } else {
       for (const auto& module : out.model->modules(/*include_self=*/false)) {
@@ -371,6 +367,24 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, MotionNorm norm) {
     }
   }
   return out;
+}
+
+Status LoadMotionModules(UNet3DImpl& model, const std::string& adapter_dir,
+                         const std::string& module_file) {
+  if (!module_file.empty()) {
+    auto raw = ReadMotionModuleFile(module_file);
+    if (!raw.ok()) return raw.status();
+    TensorMap mapped;
+    for (const auto& [k, t] : *raw) {
+      if (const auto name = AnimateDiffKeyToDiffusers(k); !name.empty()) mapped[name] = t;
+    }
+    return LoadStrict(model, mapped, IsMotionWeight, module_file);
+  }
+  auto adapter_path = FindModelWeights(adapter_dir);
+  if (!adapter_path.ok()) return adapter_path.status();
+  auto adapter = ReadTensorFile(*adapter_path);
+  if (!adapter.ok()) return adapter.status();
+  return LoadStrict(model, *adapter, IsMotionKey, *adapter_path);
 }
 
 namespace {

@@ -62,6 +62,12 @@ struct LoadedUNet {
 // the format's convention (diffusers: across frames, original AnimateDiff: per frame).
 Result<LoadedUNet> LoadUNet3D(const ModelSources& sources, MotionNorm norm);
 
+// Replaces the motion modules of `model` (built in their shape, e.g. a preset's) with a trained
+// one: the MotionAdapter folder `adapter_dir`, or the AnimateDiff file `module_file` (which wins
+// when both are given). Strict: every motion weight must be there with its shape.
+Status LoadMotionModules(UNet3DImpl& model, const std::string& adapter_dir,
+                         const std::string& module_file);
+
 // Strictly copies `tensors` into the parameters/buffers of `module` whose names pass `select`;
 // every selected name must be present with the right shape and no tensor may be left over.
 Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,

@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "common/checkpoint_dir.h"
+#include "common/checkpoint_export.h"
 
 namespace adctl {
 namespace {
@@ -25,6 +27,29 @@ std::string ResolvedPath(const std::string& path) {
 }
 
 }  // namespace
+
+Status WriteCheckpointFiles(const std::string& dir, const CheckpointState& state) {
+  if (!state.motion_adapter.empty()) {
+    ADCTL_RETURN_IF_ERROR(WriteModelFolder(dir + "/motion_adapter", state.motion_adapter,
+                                           state.motion_adapter_config));
+  }
+  if (!state.lora.empty()) {
+    const std::string lora = dir + "/" + kLoraCheckpointDir;
+    std::error_code ec;
+    std::filesystem::create_directories(lora, ec);
+    if (ec) return Internal(lora + ": " + ec.message());
+    ADCTL_RETURN_IF_ERROR(
+        WriteTensorFile(lora + "/" + kLoraFileName, state.lora, state.lora_metadata));
+    std::ofstream config(lora + "/" + kLoraBaseConfigName, std::ios::binary | std::ios::trunc);
+    config << state.motion_adapter_config;
+    config.close();
+    if (!config) return Internal(lora + "/" + kLoraBaseConfigName + ": write failed");
+  }
+  if (!state.optimizer.empty()) {
+    ADCTL_RETURN_IF_ERROR(WriteTensorFile(dir + "/optimizer.safetensors", state.optimizer));
+  }
+  return Status::Ok();
+}
 
 CheckpointSaver::CheckpointSaver(std::string root, int64_t keep_last, std::string keep_path)
     : root_(std::move(root)),
@@ -63,11 +88,13 @@ TensorMap CheckpointSaver::CopyToHost(const TensorMap& live, const std::string& 
 void CheckpointSaver::Reserve(const CheckpointState& like) {
   Join();
   finished_ = false;
-  thread_ = std::thread([this, adapter = like.motion_adapter, optimizer = like.optimizer] {
-    for (const auto& [name, t] : adapter) Buffer("motion_adapter/" + name, t);
-    for (const auto& [name, t] : optimizer) Buffer("optimizer/" + name, t);
-    finished_ = true;
-  });
+  thread_ = std::thread(
+      [this, adapter = like.motion_adapter, lora = like.lora, optimizer = like.optimizer] {
+        for (const auto& [name, t] : adapter) Buffer("motion_adapter/" + name, t);
+        for (const auto& [name, t] : lora) Buffer("lora/" + name, t);
+        for (const auto& [name, t] : optimizer) Buffer("optimizer/" + name, t);
+        finished_ = true;
+      });
 }
 
 void CheckpointSaver::Start(const CheckpointState& state) {
@@ -76,10 +103,12 @@ void CheckpointSaver::Start(const CheckpointState& state) {
   host_state_.step = state.step;
   host_state_.motion_adapter_config = state.motion_adapter_config;
   host_state_.metadata = state.metadata;
+  host_state_.lora_metadata = state.lora_metadata;
   host_state_.motion_adapter = CopyToHost(state.motion_adapter, "motion_adapter/");
+  host_state_.lora = CopyToHost(state.lora, "lora/");
   host_state_.optimizer = CopyToHost(state.optimizer, "optimizer/");
   bool on_gpu = false;
-  for (const auto* map : {&state.motion_adapter, &state.optimizer}) {
+  for (const auto* map : {&state.motion_adapter, &state.lora, &state.optimizer}) {
     for (const auto& item : *map) on_gpu = on_gpu || item.second.is_cuda();
   }
   if (on_gpu) torch::cuda::synchronize();  // the copies above were queued, not finished
@@ -114,9 +143,7 @@ SavedCheckpoint CheckpointSaver::Write(const CheckpointState& host) {
     saved.status = writer.status();
     return saved;
   }
-  Status st = WriteModelFolder(writer->dir() + "/motion_adapter", host.motion_adapter,
-                               host.motion_adapter_config);
-  if (st.ok()) st = WriteTensorFile(writer->dir() + "/optimizer.safetensors", host.optimizer);
+  Status st = WriteCheckpointFiles(writer->dir(), host);
   if (!st.ok()) {
     saved.status = st;
     return saved;  // the writer's destructor removes the temporary directory

@@ -1,6 +1,7 @@
 // Checkpoints that do not stop training.
 //
-// Start() copies the training state (the motion modules and the optimizer state) into host
+// Start() copies the training state (the motion modules or a LoRA's adapters, and the optimizer
+// state) into host
 // buffers — pinned when the state lives on a GPU, allocated once and reused by every later
 // checkpoint — waiting for the device once, and returns; a background thread then writes the
 // files, hashes and fsyncs them and commits the directory (common/checkpoint_dir.h: the commit
@@ -38,10 +39,18 @@ namespace adctl {
 struct CheckpointState {
   int64_t step = 0;
   TensorMap motion_adapter;           // written as motion_adapter/ (a MotionAdapter folder, fp32)
-  std::string motion_adapter_config;  // its config.json
-  TensorMap optimizer;                // written as optimizer.safetensors
+  std::string motion_adapter_config;  // its config.json (a LoRA's: its base's, in lora/)
+  // A LoRA job's adapters instead (common/checkpoint_export.h): written as lora/ + kLoraFileName in
+  // diffusers' layout, alpha not folded, with `lora_metadata` as the file's metadata.
+  TensorMap lora;
+  std::map<std::string, std::string> lora_metadata;
+  TensorMap optimizer;                                 // written as optimizer.safetensors
   nlohmann::json metadata = nlohmann::json::object();  // the manifest's metadata
 };
+
+// Writes the files of `state` into folder `dir` (motion_adapter/ or lora/, and
+// optimizer.safetensors when it has optimizer state): a checkpoint's, or an export's source.
+Status WriteCheckpointFiles(const std::string& dir, const CheckpointState& state);
 
 // How a write ended.
 struct SavedCheckpoint {

@@ -2,12 +2,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "common/checkpoint_dir.h"
+#include "common/checkpoint_export.h"
 #include "common/fs_util.h"
 #include "common/job_layout.h"
-#include "common/motion_export.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -29,7 +30,7 @@ std::optional<Failure> Checkpointer::CheckFolder() const {
   return std::nullopt;
 }
 
-std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, AdamW& optimizer,
+std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, LoraAdapters* lora, AdamW& optimizer,
                                             torch::Device device, DistributedSampler& sampler,
                                             TrainState& state) {
   auto latest = LatestVerifiedCheckpoint(root_);
@@ -47,17 +48,11 @@ std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, AdamW& optimizer,
   const auto& ckpt = **latest;
   const std::string dir = ckpt.info.path;
   if (options_.rank == 0) ReportSkipped(ckpt.info.step);
-  auto weights = ReadTensorFile(dir + "/motion_adapter/diffusion_pytorch_model.safetensors");
-  if (!weights.ok()) return Failure{kExitDataError, weights.status().ToString()};
-  auto st = LoadStrict(
-      model, *weights,
-      [](const std::string& k) { return k.find("motion_modules.") != std::string::npos; }, dir);
-  if (!st.ok())
-    return Failure{kExitModelError, "checkpoint does not fit the model: " + st.ToString()};
+  if (auto f = LoadWeights(dir, model, lora)) return f;
   auto opt = ReadTensorFile(dir + "/optimizer.safetensors");
   if (!opt.ok()) return Failure{kExitDataError, opt.status().ToString()};
   for (auto& [k, t] : *opt) t = t.to(device);
-  st = optimizer.LoadStateDict(*opt);
+  Status st = optimizer.LoadStateDict(*opt);
   if (!st.ok()) return Failure{kExitDataError, dir + ": " + st.ToString()};
   auto saved = TrainState::FromJson(ckpt.manifest.metadata);
   if (!saved.ok()) {
@@ -76,6 +71,42 @@ std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, AdamW& optimizer,
           (saved->world_size != world ? " (world size " + std::to_string(saved->world_size) +
                                             " -> " + std::to_string(world) + ")"
                                       : ""));
+  return std::nullopt;
+}
+
+std::optional<Failure> Checkpointer::LoadWeights(const std::string& dir, UNet3DImpl& model,
+                                                 LoraAdapters* lora) {
+  const std::string lora_file = dir + "/" + kLoraCheckpointDir + "/" + kLoraFileName;
+  const bool holds_lora = std::filesystem::exists(lora_file);
+  if ((lora != nullptr) != holds_lora) {
+    return Failure{kExitModelError,
+                   "checkpoint " + dir +
+                       (holds_lora ? " holds a LoRA (lora/), and this job trains whole motion "
+                                     "modules: model.lora was removed since it was written"
+                                   : " holds whole motion modules, and this job trains a LoRA: "
+                                     "model.lora was added since it was written") +
+                       " (restore the spec, or submit a new job)"};
+  }
+  if (lora != nullptr) {
+    auto tensors = ReadTensorFile(lora_file);
+    if (!tensors.ok()) return Failure{kExitDataError, tensors.status().ToString()};
+    auto st = lora->Restore(*tensors);
+    if (!st.ok()) {
+      return Failure{kExitModelError,
+                     lora_file +
+                         " does not fit the job's LoRA (model.lora changed since it was "
+                         "written?): " +
+                         st.message()};
+    }
+    return std::nullopt;
+  }
+  auto weights = ReadTensorFile(dir + "/motion_adapter/diffusion_pytorch_model.safetensors");
+  if (!weights.ok()) return Failure{kExitDataError, weights.status().ToString()};
+  auto st = LoadStrict(
+      model, *weights,
+      [](const std::string& k) { return k.find("motion_modules.") != std::string::npos; }, dir);
+  if (!st.ok())
+    return Failure{kExitModelError, "checkpoint does not fit the model: " + st.ToString()};
   return std::nullopt;
 }
 
@@ -157,27 +188,35 @@ std::optional<Failure> Checkpointer::Collect(bool wait) {
   return std::nullopt;
 }
 
-std::optional<Failure> Checkpointer::ExportForInferenceTools(UNet3DImpl& model, int64_t step) {
+std::optional<Failure> Checkpointer::ExportForInferenceTools(int64_t step) {
   if (spec_.exports.formats.empty() || options_.rank != 0) return std::nullopt;
   const std::string out_dir = JobLayout(options_.job_dir).exports_step(step);
-  const std::string live = out_dir + "/motion_adapter.live";
-  const std::string adapter =
-      last_path_.empty() || last_step_ != step ? live : last_path_ + "/motion_adapter";
-  if (adapter == live) {
-    auto st = SaveMotionAdapter(model, adapter);
+  // Step `step`'s checkpoint, or the live state written beside the exports without one.
+  const std::string live = out_dir + "/checkpoint.live";
+  const std::string source = last_path_.empty() || last_step_ != step ? live : last_path_;
+  if (source == live) {
+    CheckpointState state = current_();
+    state.optimizer.clear();
+    std::error_code ec;
+    std::filesystem::create_directories(live, ec);
+    auto st = ec ? Internal(live + ": " + ec.message()) : WriteCheckpointFiles(live, state);
     if (!st.ok()) return Failure{kExitCrash, "export: " + st.ToString()};
   }
   for (const auto& name : spec_.exports.formats) {
     auto format = ParseExportFormat(name);
     if (!format.ok()) return Failure{kExitBadSpec, format.status().ToString()};
-    auto info =
-        ExportMotionModules(adapter, *format, out_dir + "/" + ExportFileName(*format),
-                            {{"adctl_step", std::to_string(step)}, {"adctl_job", spec_.name}});
+    auto info = ExportCheckpoint(source, *format, out_dir + "/" + ExportFileName(*format),
+                                 {{"adctl_step", std::to_string(step)}, {"adctl_job", spec_.name}});
     if (!info.ok()) return Failure{kExitCrash, "export: " + info.status().ToString()};
-    reporter_.OnEvent(EventLevel::kInfo, std::string("exported ") + name + " (" +
-                                             info->motion_norm + " GroupNorm) → " + info->path);
+    char size[48];
+    std::snprintf(size, sizeof(size), "%.1f MB of tensors", info->bytes / 1e6);
+    reporter_.OnEvent(
+        EventLevel::kInfo,
+        std::string("exported ") + name + " (" + size +
+            (info->motion_norm.empty() ? std::string() : ", " + info->motion_norm + " GroupNorm") +
+            ") → " + info->path);
   }
-  if (adapter == live) (void)RemoveTree(adapter);
+  if (source == live) (void)RemoveTree(live);
   return std::nullopt;
 }
 

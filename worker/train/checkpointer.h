@@ -15,6 +15,7 @@
 #include "common/worker_contract.h"
 #include "worker/data/sampler.h"
 #include "worker/dist/communicator.h"
+#include "worker/model/lora.h"
 #include "worker/model/unet3d.h"
 #include "worker/report/reporter.h"
 #include "worker/train/checkpoint_saver.h"
@@ -37,11 +38,14 @@ class Checkpointer {
   // error (kExitBadSpec), said before hours of loading and training.
   std::optional<Failure> CheckFolder() const;
 
-  // Loads the newest verified checkpoint into `model` and `optimizer` (its tensors moved to
-  // `device`), and its step, samples seen and sampler position into `state` and `sampler`.
-  // Without one (none, or none that verifies: a warning) nothing changes.
-  std::optional<Failure> Resume(UNet3DImpl& model, AdamW& optimizer, torch::Device device,
-                                DistributedSampler& sampler, TrainState& state);
+  // Loads the newest verified checkpoint into `model`'s motion modules, or into `lora` for a
+  // LoRA job (non-null), and `optimizer` (its tensors moved to `device`), and its step, samples
+  // seen and sampler position into `state` and `sampler`. Without one (none, or none that
+  // verifies: a warning) nothing changes. A checkpoint of the other kind (a LoRA's for a
+  // full-module job, or the reverse) is kExitModelError naming what it holds.
+  std::optional<Failure> Resume(UNet3DImpl& model, LoraAdapters* lora, AdamW& optimizer,
+                                torch::Device device, DistributedSampler& sampler,
+                                TrainState& state);
 
   // Rank 0 with checkpoints enabled: starts the background writer. `reserve`: allocate its
   // pinned host buffers now (on a GPU pinning gigabytes takes a while), not at the first save.
@@ -61,11 +65,14 @@ class Checkpointer {
   // restart policy may retry.
   std::optional<Failure> Collect(bool wait);
 
-  // export.formats: rank 0 writes the final motion modules for the inference tools into
-  // <job-dir>/export/step-N/, from step `step`'s checkpoint (or `model` without one).
-  std::optional<Failure> ExportForInferenceTools(UNet3DImpl& model, int64_t step);
+  // export.formats: rank 0 writes the final motion modules (or LoRA) for the inference tools
+  // into <job-dir>/export/step-N/, from step `step`'s checkpoint (or the live state without
+  // one), through common/checkpoint_export.h.
+  std::optional<Failure> ExportForInferenceTools(int64_t step);
 
  private:
+  // The checkpoint's motion modules into `model`, or its LoRA into `lora` (non-null).
+  std::optional<Failure> LoadWeights(const std::string& dir, UNet3DImpl& model, LoraAdapters* lora);
   // Newer checkpoints than `step` that did not verify: the job's events say why it resumes
   // further back.
   void ReportSkipped(int64_t step);

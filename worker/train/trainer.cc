@@ -9,9 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <optional>
 #include <thread>
 
+#include "common/checkpoint_export.h"
+#include "common/sha256.h"
 #include "common/worker_contract.h"
 #include "worker/compat.h"
 #include "worker/data/batch_loader.h"
@@ -19,6 +23,7 @@
 #include "worker/data/sampler.h"
 #include "worker/diffusion/ddpm.h"
 #include "worker/kernels/dispatch.h"
+#include "worker/model/lora.h"
 #include "worker/model/pretrained.h"
 #include "worker/model/weights.h"
 #include "worker/sample/validation.h"
@@ -80,7 +85,9 @@ class Trainer {
     if (auto f = BuildValidation()) return f;
     startup_.Mark("data and validation set-up");
     BuildOptimizer();
-    if (auto f = checkpoints_.Resume(*model_, *optimizer_, device_, *sampler_, state_)) return f;
+    if (auto f = checkpoints_.Resume(*model_, lora_ ? &*lora_ : nullptr, *optimizer_, device_,
+                                     *sampler_, state_))
+      return f;
     batches_ = std::make_unique<BatchLoader>(
         BatchOptions{spec_.train.batch_size, static_cast<uint64_t>(spec_.train.seed),
                      spec_.train.caption_dropout, prediction_type_, device_, compute_dtype_},
@@ -118,22 +125,69 @@ class Trainer {
     return checkpoints_.CheckFolder();
   }
 
-  // The UNet with trainable fp32 motion modules (worker/train/training_model.h).
+  // The UNet with trainable fp32 motion modules (worker/train/training_model.h), or for a
+  // LoRA job the frozen UNet with trainable adapters.
   std::optional<Failure> BuildModel() {
-    // Until the trainer trains adapters, a LoRA spec must not train the whole motion modules
-    // in its place (issue 29: the adapters, their parity and files exist; the loop is next).
-    if (spec_.model.lora.enabled()) {
-      return Failure{kExitBadSpec,
-                     "model.lora: this adworker cannot train a LoRA yet (check-parity "
-                     "--motion-lora loads and checks one); remove model.lora to train the "
-                     "motion modules"};
-    }
-    return BuildTrainingModel(o_, device_, compute_dtype_, model_);
+    if (auto f = BuildTrainingModel(o_, device_, compute_dtype_, model_)) return f;
+    if (spec_.model.lora.enabled()) return BuildLora();
+    return std::nullopt;
   }
 
-  // AdamW over the motion modules (their fp32 masters).
+  // model.lora: new adapters drawn from train.seed (the same on every rank), or init_from's;
+  // the base motion module it adapts and its SHA-256 go into every checkpoint and export.
+  std::optional<Failure> BuildLora() {
+    const LoraSpec& l = spec_.model.lora;
+    auto adapters = l.init_from.empty()
+                        ? LoraAdapters::Attach(*model_, l, static_cast<uint64_t>(spec_.train.seed))
+                        : LoraAdapters::Load(*model_, l.init_from);
+    if (!adapters.ok()) {
+      const std::string field = l.init_from.empty() ? "model.lora: " : "model.lora.init_from: ";
+      return Failure{
+          adapters.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec : kExitModelError,
+          field + adapters.status().ToString()};
+    }
+    if (!l.init_from.empty() && adapters->rank() != l.rank) {
+      return Failure{kExitBadSpec, "model.lora.init_from: " + l.init_from + " has rank " +
+                                       std::to_string(adapters->rank()) +
+                                       ", model.lora.rank says " + std::to_string(l.rank)};
+    }
+    adapters->SetDropout(l.dropout);
+    lora_ = std::move(*adapters);
+    const ModelSpec& m = spec_.model;
+    const std::string base = !m.motion_module_file.empty() ? m.motion_module_file
+                             : !m.motion_adapter.empty()   ? m.motion_adapter
+                                                           : m.unet_motion;
+    lora_metadata_ = lora_->DiffusersMetadata(/*fold_alpha=*/false);
+    std::string targets;
+    for (const auto& t : lora_->targets()) targets += (targets.empty() ? "" : ",") + t;
+    char alpha[32];
+    std::snprintf(alpha, sizeof(alpha), "%.17g", lora_->alpha());
+    lora_metadata_[kLoraMetaRank] = std::to_string(lora_->rank());
+    lora_metadata_[kLoraMetaAlpha] = alpha;
+    lora_metadata_[kLoraMetaTargets] = targets;
+    lora_metadata_[kLoraMetaScope] = Name(l.scope);
+    lora_metadata_[kLoraMetaBase] = base;
+    lora_metadata_["motion_norm"] =
+        model_->motion_config().norm_across_frames ? "across_frames" : "per_frame";
+    if (o_.rank == 0) {  // only rank 0 writes checkpoints and exports
+      auto weights = BaseMotionWeightsFile(base);
+      auto sha = weights.ok() ? Sha256File(*weights) : Result<std::string>(weights.status());
+      if (!sha.ok()) return Failure{kExitModelError, "model.lora base: " + sha.status().ToString()};
+      lora_metadata_[kLoraMetaBaseSha256] = *sha;
+    }
+    reporter_.OnEvent(EventLevel::kInfo,
+                      "LoRA rank " + std::to_string(lora_->rank()) + ", alpha " + alpha + " on " +
+                          std::to_string(lora_->size()) + " projections (" + targets + "; scope " +
+                          Name(l.scope) + "): " + std::to_string(lora_->parameter_count()) +
+                          " trainable parameters; the base motion module " + base +
+                          " stays frozen" +
+                          (l.init_from.empty() ? "" : "; continued from " + l.init_from));
+    return std::nullopt;
+  }
+
+  // AdamW over what trains: the motion modules (their fp32 masters), or a LoRA's adapters.
   void BuildOptimizer() {
-    params_ = model_->MotionParameters();
+    params_ = lora_ ? lora_->Parameters() : model_->MotionParameters();
     optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
   }
 
@@ -221,7 +275,13 @@ class Trainer {
     state_.sampler = batches_->consumed();
     CheckpointState state;
     state.step = state_.step;
-    state.motion_adapter = MotionAdapterTensors(*model_);
+    if (lora_) {
+      state.lora = lora_->DiffusersTensors(/*fold_alpha=*/false);
+      state.lora_metadata = lora_metadata_;
+      state.lora_metadata["adctl_step"] = std::to_string(state_.step);
+    } else {
+      state.motion_adapter = MotionAdapterTensors(*model_);
+    }
     state.motion_adapter_config = MotionAdapterConfig(*model_);
     state.optimizer = optimizer_->StateDict();
     state.metadata = state_.ToJson();
@@ -287,7 +347,7 @@ class Trainer {
       }
     }
     if (auto f = checkpoints_.SaveFinal(state_.step, parallel_.comm.get())) return Fail(*f);
-    if (auto f = checkpoints_.ExportForInferenceTools(*model_, state_.step)) return Fail(*f);
+    if (auto f = checkpoints_.ExportForInferenceTools(state_.step)) return Fail(*f);
     reporter_.OnEvent(EventLevel::kInfo,
                       "training finished at step " + std::to_string(state_.step));
     return kExitOk;
@@ -430,6 +490,8 @@ class Trainer {
   std::unique_ptr<LatentDataset> dataset_;
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<NoiseSchedule> schedule_;
+  std::optional<LoraAdapters> lora_;                  // model.lora: the adapters that train
+  std::map<std::string, std::string> lora_metadata_;  // its checkpoint file's metadata
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::unique_ptr<AdamW> optimizer_;
   DataParallel parallel_;                           // world_size > 1

@@ -29,6 +29,15 @@ std::optional<Failure> BuildTrainingModel(const TrainerOptions& options, torch::
     }
     model->ZeroInitMotionProjOut();
     if (m.motion_norm == MotionNorm::kPerFrame) model->set_norm_across_frames(false);
+    // A trained motion module of the preset's shape (a LoRA benchmarked at the preset's size).
+    if (!m.motion_adapter.empty() || !m.motion_module_file.empty()) {
+      auto st = LoadMotionModules(*model, m.motion_adapter, m.motion_module_file);
+      if (!st.ok()) return Failure{kExitModelError, st.ToString()};
+      options.reporter->OnEvent(
+          EventLevel::kInfo,
+          "preset " + Name(m.preset) + " with the motion modules of " +
+              (m.motion_module_file.empty() ? m.motion_adapter : m.motion_module_file));
+    }
     // The tiny preset's frozen UNet is written out so its checkpoints load as a diffusers
     // pair; sd15's random 3.4 GB are not worth the disk.
     if (options.rank == 0 && m.preset == ModelPreset::kTiny) {
@@ -53,8 +62,12 @@ std::optional<Failure> BuildTrainingModel(const TrainerOptions& options, torch::
   }
   model->set_gradient_checkpointing(m.gradient_checkpointing);
   model->FreezeAllButMotionModules();
+  // A LoRA job freezes the motion modules too (only its adapters train; trainer.cc).
+  if (m.lora.enabled()) {
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+  }
   model->to(device);
-  // Frozen weights in the compute dtype (bf16 on GPU); motion modules stay fp32 masters.
+  // Frozen weights in the compute dtype (bf16 on GPU); trained motion modules stay fp32 masters.
   if (compute_dtype != torch::kFloat) {
     torch::NoGradGuard no_grad;
     for (auto& item : model->named_parameters(true)) {
