@@ -336,6 +336,7 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
   const double now = Now();
   std::cout << "Job:        " << job.id() << " (" << job.name() << ")\n"
             << "State:      " << StateName(job.state()) << "\n";
+  if (!job.trains().empty()) std::cout << "Trains:     " << job.trains() << "\n";
   if (!job.message().empty()) std::cout << "Message:    " << job.message() << "\n";
   if (job.state() == v1::JOB_STATE_QUEUED) {
     std::cout << "Waiting:    "

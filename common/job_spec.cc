@@ -1127,4 +1127,25 @@ std::vector<std::string> JobSpecFieldPaths() {
   return paths;
 }
 
+std::string TrainsSummary(const JobSpec& spec) {
+  if (spec.kind == JobKind::kPreprocess) return "preprocessing";
+  const ModelSpec& m = spec.model;
+  if (!m.lora.enabled()) return "motion modules";
+  std::string targets;
+  for (const auto& t : m.lora.targets.empty()
+                           ? std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0"}
+                           : m.lora.targets) {
+    targets += (targets.empty() ? "" : ", ") + t;
+  }
+  char alpha[32];
+  std::snprintf(alpha, sizeof(alpha), "%g",
+                m.lora.alpha > 0 ? m.lora.alpha : static_cast<double>(m.lora.rank));
+  const std::string base = !m.motion_module_file.empty() ? m.motion_module_file
+                           : !m.motion_adapter.empty()   ? m.motion_adapter
+                                                         : m.unet_motion;
+  return "MotionLoRA rank " + std::to_string(m.lora.rank) + ", alpha " + alpha + " (" + targets +
+         "; scope " + Name(m.lora.scope) + ") on " + base +
+         (m.lora.init_from.empty() ? "" : ", from " + m.lora.init_from);
+}
+
 }  // namespace adctl

@@ -288,6 +288,10 @@ Result<JobSpec> ParseJobSpec(const std::string& yaml_text,
 Result<JobSpec> LoadJobSpecFile(const std::string& path,
                                 const std::vector<std::string>& overrides = {});
 // Checks ranges and combinations; returns the first problem, naming the field.
+// What a job trains, for people (adctl describe, the web page, adctl_job_info): "motion
+// modules", "preprocessing" or "MotionLoRA rank R, alpha A (targets; scope S) on <base>".
+std::string TrainsSummary(const JobSpec& spec);
+
 Status ValidateJobSpec(const JobSpec& spec);
 
 // The longest grace period (seconds) a spec, a cancel or a pause may give a job's ranks to

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/job_spec.h"
 #include "proto/metric_point.h"
 
 namespace adctl {
@@ -47,6 +48,7 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_updated_at(job.progress.updated_at);
   out->set_launcher(job.launcher);
   out->set_submitted_by(job.submitted_by);
+  if (auto spec = ParseJobSpec(job.spec_yaml); spec.ok()) out->set_trains(TrainsSummary(*spec));
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/job_spec.h"
+
 namespace adctl {
 
 namespace {
@@ -358,7 +360,17 @@ std::string JobMetrics::Scrape() {
     if (auto j = store_->GetJob(id); j.ok()) listed.push_back(std::move(j.value()));
   }
   for (const JobRecord& j : listed) {
-    WithSeries(job_info_, j.id, {{"job_id", j.id}, {"name", j.name}},
+    // What the job trains: "motion_modules", "lora" (with its rank) or "preprocess".
+    std::string trains = "motion_modules", rank = "0";
+    if (auto spec = ParseJobSpec(j.spec_yaml); spec.ok()) {
+      if (spec->kind == JobKind::kPreprocess) trains = "preprocess";
+      if (spec->model.lora.enabled()) {
+        trains = "lora";
+        rank = std::to_string(spec->model.lora.rank);
+      }
+    }
+    WithSeries(job_info_, j.id,
+               {{"job_id", j.id}, {"name", j.name}, {"trains", trains}, {"lora_rank", rank}},
                [](prometheus::Gauge& g) { g.Set(1); });
   }
   std::function<std::vector<DeviceStatus>()> live;

@@ -28,7 +28,8 @@ class JobMetricsTest : public ::testing::Test {
     JobRecord j;
     j.id = "j-1";
     j.name = "tiny";
-    j.spec_yaml = "name: tiny\n";
+    // A MotionLoRA job: adctl_job_info says so, with its rank.
+    j.spec_yaml = "name: tiny\nmodel: {unet_motion: /m/unet_motion, lora: {rank: 8}}\n";
     j.token = "t";
     j.job_dir = dir_ + "/jobs/j-1";
     j.gpus = 2;
@@ -94,7 +95,7 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
            "adctl_checkpoint_last_success_timestamp_seconds{job_id=\"j-1\"} 1700000000",
            "adctl_checkpoint_size_bytes{job_id=\"j-1\"} 4096",
            "adctl_job_restarts_total{job_id=\"j-1\"} 1",
-           "adctl_job_info{job_id=\"j-1\",name=\"tiny\"} 1",
+           "adctl_job_info{job_id=\"j-1\",lora_rank=\"8\",name=\"tiny\",trains=\"lora\"} 1",
            "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"missing\"} 2",
            "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"truncated\"} 1",
            "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"too_short\"} 0",
@@ -181,7 +182,9 @@ TEST_F(JobMetricsTest, AJobThatEndedBetweenTwoScrapesStillHasItsInfoSeries) {
   ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kCancelled, "test").ok());
   metrics.OnJobFinished("j-1", JobState::kCancelled);
   const std::string text = metrics.Scrape();
-  EXPECT_THAT(text, HasSubstr("adctl_job_info{job_id=\"j-1\",name=\"tiny\"} 1"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("adctl_job_info{job_id=\"j-1\",lora_rank=\"8\",name=\"tiny\",trains=\"lora\"} 1"));
   EXPECT_THAT(text, HasSubstr("adctl_train_loss{job_id=\"j-1\"}"));
 }
 

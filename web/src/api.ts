@@ -47,6 +47,7 @@ export interface Job {
   devices: string[];
   progress?: Progress;
   ranks: Rank[];
+  trains?: string; // "motion modules", or "MotionLoRA rank 64, alpha 64 (…) on <base>"
 }
 
 export interface JobEvent {

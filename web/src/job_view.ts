@@ -76,6 +76,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
       el(
         "dl",
         {},
+        ...field("Trains", j.trains || "–"),
         ...field("Progress", progressBar(j)),
         ...field("Loss", p && num(p.step) ? p.loss.toFixed(4) : "–"),
         ...field("Clips/s", fixed(p?.clips_per_second ?? 0, 2)),
