@@ -5,11 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "common/fs_util.h"
@@ -123,13 +121,6 @@ std::vector<uint8_t> FromFloats(const std::vector<float>& values, DType dtype) {
   return out;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A LoRA checkpoint file opened: its adapters by module, rank, alpha and metadata.
 struct LoraFile {
   std::unique_ptr<SafetensorsFile> file;
@@ -229,14 +220,6 @@ Result<BaseTensors> ReadBase(const std::string& base, const std::string& weights
   }
   if (out.by_name.empty()) return InvalidArgument(weights + ": holds no motion-module tensors");
   return out;
-}
-
-Status WriteJsonFile(const std::string& path, const Json& j) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << j.dump(2) << "\n";
-  out.close();
-  if (!out) return Internal(path + ": write failed");
-  return Status::Ok();
 }
 
 Result<ExportInfo> ExportLora(const std::string& lora_dir, ExportFormat format,
@@ -359,7 +342,7 @@ Result<ExportInfo> ExportLora(const std::string& lora_dir, ExportFormat format,
     Json config;
     const std::string config_path = lora_dir + "/" + kLoraBaseConfigName;
     try {
-      config = Json::parse(ReadAll(config_path));
+      config = Json::parse(ReadFileText(config_path));
     } catch (const std::exception& e) {
       return InvalidArgument(config_path + ": " + JsonErrorWithoutContent(e));
     }
@@ -370,7 +353,7 @@ Result<ExportInfo> ExportLora(const std::string& lora_dir, ExportFormat format,
     if (ec) return Internal(adapter + ": cannot create: " + ec.message());
     ADCTL_RETURN_IF_ERROR(
         WriteSafetensors(adapter + "/diffusion_pytorch_model.safetensors", tensors, meta));
-    ADCTL_RETURN_IF_ERROR(WriteJsonFile(adapter + "/config.json", config));
+    ADCTL_RETURN_IF_ERROR(WriteFileText(adapter + "/config.json", config.dump(2) + "\n"));
     auto animatediff =
         ExportMotionModules(adapter, ExportFormat::kAnimateDiff,
                             tmp + "/" + ExportFileName(ExportFormat::kAnimateDiff), meta);

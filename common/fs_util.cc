@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 namespace adctl {
@@ -91,6 +93,21 @@ Status MakePrivateDirectories(const std::string& path) {
   if (::stat(path.c_str(), &s) != 0 || !S_ISDIR(s.st_mode)) {
     return Internal("cannot create " + path + ": a file of that name is in the way");
   }
+  return Status::Ok();
+}
+
+std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Status WriteFileText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Internal(path + ": write failed");
   return Status::Ok();
 }
 

@@ -23,4 +23,9 @@ Result<int64_t> RemoveTree(const std::string& path);
 // directory is). Existing folders keep their mode. The error names the folder it could not make.
 Status MakePrivateDirectories(const std::string& path);
 
+// The whole of file `path` ("" when it cannot be read), and `text` written to `path`
+// (replaced); the error names the file.
+std::string ReadFileText(const std::string& path);
+Status WriteFileText(const std::string& path, const std::string& text);
+
 }  // namespace adctl

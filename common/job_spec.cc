@@ -1127,6 +1127,12 @@ std::vector<std::string> JobSpecFieldPaths() {
   return paths;
 }
 
+std::string LoraBaseMotionModule(const ModelSpec& m) {
+  return !m.motion_module_file.empty() ? m.motion_module_file
+         : !m.motion_adapter.empty()   ? m.motion_adapter
+                                       : m.unet_motion;
+}
+
 std::string TrainsSummary(const JobSpec& spec) {
   if (spec.kind == JobKind::kPreprocess) return "preprocessing";
   const ModelSpec& m = spec.model;
@@ -1140,11 +1146,8 @@ std::string TrainsSummary(const JobSpec& spec) {
   char alpha[32];
   std::snprintf(alpha, sizeof(alpha), "%g",
                 m.lora.alpha > 0 ? m.lora.alpha : static_cast<double>(m.lora.rank));
-  const std::string base = !m.motion_module_file.empty() ? m.motion_module_file
-                           : !m.motion_adapter.empty()   ? m.motion_adapter
-                                                         : m.unet_motion;
   return "MotionLoRA rank " + std::to_string(m.lora.rank) + ", alpha " + alpha + " (" + targets +
-         "; scope " + Name(m.lora.scope) + ") on " + base +
+         "; scope " + Name(m.lora.scope) + ") on " + LoraBaseMotionModule(m) +
          (m.lora.init_from.empty() ? "" : ", from " + m.lora.init_from);
 }
 

@@ -288,6 +288,10 @@ Result<JobSpec> ParseJobSpec(const std::string& yaml_text,
 Result<JobSpec> LoadJobSpecFile(const std::string& path,
                                 const std::vector<std::string>& overrides = {});
 // Checks ranges and combinations; returns the first problem, naming the field.
+// The trained motion module a LoRA adapts: model.motion_module_file, else model.motion_adapter,
+// else model.unet_motion (the order LoadUNet3D gives them precedence in).
+std::string LoraBaseMotionModule(const ModelSpec& model);
+
 // What a job trains, for people (adctl describe, the web page, adctl_job_info): "motion
 // modules", "preprocessing" or "MotionLoRA rank R, alpha A (targets; scope S) on <base>".
 std::string TrainsSummary(const JobSpec& spec);

@@ -51,21 +51,6 @@ size_t AfterModuleIndex(const std::string& key) {
   return dot == std::string::npos ? std::string::npos : dot + 1;
 }
 
-Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Internal(path + ": write failed");
-  return Status::Ok();
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 Result<std::string> MotionAdapterWeights(const std::string& dir) {
@@ -165,7 +150,7 @@ Result<std::string> RecordedMotionNorm(const std::string& path) {
   if (EndsWith(path, ".json")) {
     Json j;
     try {
-      j = Json::parse(ReadAll(path));
+      j = Json::parse(ReadFileText(path));
       return j.value("motion_norm", std::string());
     } catch (const std::exception& e) {
       return InvalidArgument(path + ": " + JsonErrorWithoutContent(e));
@@ -236,12 +221,12 @@ Result<ExportInfo> ExportMotionModules(const std::string& adapter_dir, ExportFor
         WriteSafetensors(tmp + "/diffusion_pytorch_model.safetensors", tensors, meta));
     Json config;
     try {
-      config = Json::parse(ReadAll(config_path));
+      config = Json::parse(ReadFileText(config_path));
     } catch (const std::exception& e) {
       return InvalidArgument(config_path + ": " + JsonErrorWithoutContent(e));
     }
     config["motion_norm"] = info.motion_norm;
-    ADCTL_RETURN_IF_ERROR(WriteTextFile(tmp + "/config.json", config.dump(2) + "\n"));
+    ADCTL_RETURN_IF_ERROR(WriteFileText(tmp + "/config.json", config.dump(2) + "\n"));
   }
   ADCTL_RETURN_IF_ERROR(MoveExportIntoPlace(tmp, out));
   info.path = out;

@@ -19,6 +19,7 @@
 
 #include "common/safetensors.h"
 #include "common/worker_contract.h"
+#include "tests/testing/worker_process.h"
 #include "worker/data/latent_cache.h"
 #include "worker/data/preprocess.h"
 #include "worker/video/video_reader.h"
@@ -32,16 +33,7 @@ using Json = nlohmann::json;
 int RunWorker(const std::vector<std::string>& args, const std::string& log,
               std::chrono::seconds limit = std::chrono::seconds(240), pid_t* started = nullptr,
               const std::function<bool()>& kill_when = nullptr) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    FILE* f = std::freopen(log.c_str(), "w", stderr);
-    (void)f;
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const pid_t pid = Spawn(args, log);
   if (started != nullptr) *started = pid;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   int status = 0;

@@ -4,11 +4,11 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <utility>
 
 #include "common/checkpoint_dir.h"
 #include "common/checkpoint_export.h"
+#include "common/fs_util.h"
 
 namespace adctl {
 namespace {
@@ -40,10 +40,8 @@ Status WriteCheckpointFiles(const std::string& dir, const CheckpointState& state
     if (ec) return Internal(lora + ": " + ec.message());
     ADCTL_RETURN_IF_ERROR(
         WriteTensorFile(lora + "/" + kLoraFileName, state.lora, state.lora_metadata));
-    std::ofstream config(lora + "/" + kLoraBaseConfigName, std::ios::binary | std::ios::trunc);
-    config << state.motion_adapter_config;
-    config.close();
-    if (!config) return Internal(lora + "/" + kLoraBaseConfigName + ": write failed");
+    ADCTL_RETURN_IF_ERROR(
+        WriteFileText(lora + "/" + kLoraBaseConfigName, state.motion_adapter_config));
   }
   if (!state.optimizer.empty()) {
     ADCTL_RETURN_IF_ERROR(WriteTensorFile(dir + "/optimizer.safetensors", state.optimizer));

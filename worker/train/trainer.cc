@@ -153,10 +153,7 @@ class Trainer {
     }
     adapters->SetDropout(l.dropout);
     lora_ = std::move(*adapters);
-    const ModelSpec& m = spec_.model;
-    const std::string base = !m.motion_module_file.empty() ? m.motion_module_file
-                             : !m.motion_adapter.empty()   ? m.motion_adapter
-                                                           : m.unet_motion;
+    const std::string base = LoraBaseMotionModule(spec_.model);
     lora_metadata_ = lora_->DiffusersMetadata(/*fold_alpha=*/false);
     std::string targets;
     for (const auto& t : lora_->targets()) targets += (targets.empty() ? "" : ",") + t;
