@@ -1,5 +1,6 @@
 # adctl — the two commands of the README:
-#   make demo   install what is missing, build, run a tiny AnimateDiff job end to end on CPU
+#   make demo   install what is missing, build the binaries, run a tiny AnimateDiff job end to
+#               end on CPU: a validation sample and an exported motion module at the end
 #   make test   install what is missing, build, run every test that needs no GPU, then the
 #               libFuzzer targets (their own clang build in FUZZ_BUILD_DIR, FUZZ_SECONDS each)
 # Variables: BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), JOBS (nproc), CTEST_JOBS (1),
@@ -41,7 +42,12 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD_DIR) --target fuzz_targets -j $(JOBS)
 	ctest --test-dir $(FUZZ_BUILD_DIR) --output-on-failure -L fuzz
 
-demo: build
+# Only what the demo runs: the daemon, the CLI, the worker and (when node is there) the web
+# page; not the tests.
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target adctld adctl adworker
+	if ninja -C $(BUILD_DIR) -t targets all | grep -q '^web:'; then \
+	  cmake --build $(BUILD_DIR) -j $(JOBS) --target web; fi
 	BUILD_DIR=$(BUILD_DIR) RANKS=$(RANKS) scripts/demo
 
 clean:

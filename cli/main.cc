@@ -64,7 +64,8 @@ void PrintOutcome(const v1::Job& job) {
   std::cout << job.id() << " " << StateName(job.state());
   if (!job.message().empty()) std::cout << ": " << job.message();
   std::cout << "\n";
-  if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+  // A preprocess job writes a latent cache, not checkpoints.
+  if (job.state() == v1::JOB_STATE_SUCCEEDED && job.progress().last_checkpoint_step() > 0) {
     std::cout << "  checkpoints: " << job.job_dir() << "/checkpoints (last step "
               << job.progress().last_checkpoint_step() << ")\n";
   } else if (job.state() == v1::JOB_STATE_FAILED) {
@@ -316,7 +317,9 @@ int List(Client& c, const Globals& g, const ListArgs& a) {
   const double now = Now();
   for (const auto& j : resp.jobs()) {
     char loss[32] = "-";
-    if (j.progress().step() > 0) snprintf(loss, sizeof(loss), "%.4f", j.progress().loss());
+    if (j.progress().step() > 0 && Trains(j)) {
+      snprintf(loss, sizeof(loss), "%.4f", j.progress().loss());
+    }
     t.Add({j.id(), j.name(), StateName(j.state()), FormatProgress(j.progress()), loss,
            std::to_string(j.restarts()) + "/" + std::to_string(j.max_restarts()),
            std::to_string(j.gpus()), FormatDuration(now - j.submitted_at()),
@@ -461,14 +464,30 @@ int Checkpoints(Client& c, const Globals& g, const std::string& job_id) {
   if (int rc = c.Call(&Stub::ListCheckpoints, req, &resp); rc != 0) return rc;
   if (PrintedAsJson(g, resp)) return 0;
   // SAVE: the background write; STALL: the training time it took (both as rank 0 reported them).
-  Table t({"STEP", "SIZE", "ON DISK", "ATTEMPT", "SAVE", "STALL", "PATH"});
+  Table t({"STEP", "SIZE", "ON DISK", "PINNED", "ATTEMPT", "SAVE", "STALL", "PATH"});
   auto seconds = [](double s) { return s > 0 ? FormatSeconds(s) : std::string("-"); };
   for (const auto& ck : resp.checkpoints()) {
     t.Add({std::to_string(ck.step()), FormatBytes(ck.size_bytes()), ck.on_disk() ? "yes" : "no",
-           ck.attempt() ? std::to_string(ck.attempt()) : "-", seconds(ck.save_seconds()),
-           seconds(ck.stall_seconds()), ck.path()});
+           ck.pinned() ? "yes" : "-", ck.attempt() ? std::to_string(ck.attempt()) : "-",
+           seconds(ck.save_seconds()), seconds(ck.stall_seconds()), ck.path()});
   }
   std::cout << t.ToString();
+  return 0;
+}
+
+// adctl ckpt pin|unpin JOB STEP.
+int PinCheckpoint(Client& c, const Globals& g, const std::string& job_id, int64_t step, bool pin) {
+  v1::PinCheckpointRequest req;
+  req.set_job_id(job_id);
+  req.set_step(step);
+  req.set_pin(pin);
+  v1::PinCheckpointResponse resp;
+  if (int rc = c.Call(&Stub::PinCheckpoint, req, &resp); rc != 0) return rc;
+  if (PrintedAsJson(g, resp)) return 0;
+  std::string steps;
+  for (int64_t s : resp.pinned_steps()) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+  std::cout << (pin ? "pinned" : "unpinned") << " step " << step << " of " << job_id
+            << "; pinned steps: " << (steps.empty() ? "none" : steps) << "\n";
   return 0;
 }
 
@@ -726,6 +745,15 @@ int main(int argc, char** argv) {
   auto* ckpt_ls = ckpt->add_subcommand("ls", "list a job's checkpoints");
   ckpt_ls->add_option("JOB", job_id, "job id")->required();
   ckpt_ls->callback(run([&](Client& c) { return Checkpoints(c, g, job_id); }));
+  int64_t pin_step = 0;
+  for (const bool pin : {true, false}) {
+    auto* cmd = ckpt->add_subcommand(
+        pin ? "pin" : "unpin", pin ? "keep a checkpoint through retention (checkpoint.keep_last)"
+                                   : "let retention delete a pinned checkpoint again");
+    cmd->add_option("JOB", job_id, "job id")->required();
+    cmd->add_option("STEP", pin_step, "the checkpoint's step")->required();
+    cmd->callback(run([&, pin](Client& c) { return PinCheckpoint(c, g, job_id, pin_step, pin); }));
+  }
 
   add_job_command("events", "a job's event history")->callback(run([&](Client& c) {
     return Events(c, g, job_id);

@@ -79,6 +79,8 @@ std::string FormatProgress(const v1::Progress& p) {
   return buf;
 }
 
+bool Trains(const v1::Job& job) { return job.trains() != "preprocessing"; }
+
 std::string ProgressLine(const v1::Job& job) {
   std::string line = job.id() + " " + StateName(job.state());
   const v1::Progress& p = job.progress();
@@ -86,7 +88,11 @@ std::string ProgressLine(const v1::Job& job) {
     line += " step " + FormatProgress(p);
     if (p.step() > 0) {
       char buf[96];
-      snprintf(buf, sizeof(buf), " loss %.4f %.2f clips/s", p.loss(), p.clips_per_second());
+      if (Trains(job)) {
+        snprintf(buf, sizeof(buf), " loss %.4f %.2f clips/s", p.loss(), p.clips_per_second());
+      } else {
+        snprintf(buf, sizeof(buf), " %.2f clips/s", p.clips_per_second());
+      }
       line += buf;
       if (p.mfu_ratio() > 0) {
         snprintf(buf, sizeof(buf), " MFU %.1f%%", 100 * p.mfu_ratio());

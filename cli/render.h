@@ -25,6 +25,8 @@ std::string FormatBytes(int64_t bytes);
 std::string FormatProgress(const v1::Progress& p);
 // "j-3fa2c1 RUNNING step 4/6 (67%) loss 0.1234 2.5 clips/s ETA 3s".
 std::string ProgressLine(const v1::Job& job);
+// Whether `job` trains (and so has a loss and checkpoints): not a preprocess job.
+bool Trains(const v1::Job& job);
 
 class Table {
  public:

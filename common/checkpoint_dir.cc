@@ -475,22 +475,35 @@ Result<std::optional<VerifiedCheckpoint>> LatestVerifiedCheckpoint(const std::st
   return std::optional<VerifiedCheckpoint>();
 }
 
+bool RetentionPolicy::Spares(int64_t step) const {
+  return (keep_every > 0 && step % keep_every == 0) || pinned.count(step) > 0 ||
+         (keep_step && keep_step(step));
+}
+
 Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_last,
                                        const std::string& protect_path) {
-  if (keep_last < 1) {
-    return InvalidArgument("checkpoint.keep_last: must be >= 1, got " + std::to_string(keep_last));
+  RetentionPolicy policy = RetentionPolicy::KeepLast(keep_last);
+  policy.protect_path = protect_path;
+  return ApplyRetention(root, policy);
+}
+
+Result<RetentionResult> ApplyRetention(const std::string& root, const RetentionPolicy& policy) {
+  if (policy.keep_last < 1) {
+    return InvalidArgument("checkpoint.keep_last: must be >= 1, got " +
+                           std::to_string(policy.keep_last));
   }
   RetentionResult result;
   Result<std::vector<CheckpointInfo>> list = ListCheckpoints(root);
   if (!list.ok()) return list.status();
   std::error_code ec;
   const fs::path protect =
-      protect_path.empty() ? fs::path() : fs::weakly_canonical(protect_path, ec);
+      policy.protect_path.empty() ? fs::path() : fs::weakly_canonical(policy.protect_path, ec);
   Status first_error;
-  const int64_t excess = static_cast<int64_t>(list->size()) - keep_last;
+  const int64_t excess = static_cast<int64_t>(list->size()) - policy.keep_last;
   for (int64_t i = 0; i < excess; ++i) {
     const CheckpointInfo& c = (*list)[i];
     if (!protect.empty() && fs::weakly_canonical(c.path, ec) == protect) continue;
+    if (policy.Spares(c.step)) continue;
     Status st = RemoveCounted(c.path, &result);
     if (!st.ok() && first_error.ok()) first_error = st;
   }
@@ -509,6 +522,33 @@ Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_las
   if (!first_error.ok()) return first_error;
   for (const auto& p : result.removed) spdlog::info("checkpoint retention: removed {}", p);
   return result;
+}
+
+Result<std::set<int64_t>> ReadCheckpointPins(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::set<int64_t>();
+  std::set<int64_t> steps;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(ReadFileText(path));
+    for (const auto& step : j.at("steps")) steps.insert(step.get<int64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(path + ": not a checkpoint pins file ({\"steps\": [N, ...]}): " + e.what());
+  }
+  return steps;
+}
+
+Status WriteCheckpointPins(const std::string& path, const std::set<int64_t>& steps) {
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  nlohmann::json j = {{"steps", nlohmann::json(std::vector<int64_t>(steps.begin(), steps.end()))}};
+  ADCTL_RETURN_IF_ERROR(WriteFileText(tmp, j.dump() + "\n"));
+  ADCTL_RETURN_IF_ERROR(SyncPath(tmp, /*directory=*/false));
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return Internal("cannot write " + path + ": " + ec.message());
+  }
+  return SyncPath(fs::path(path).parent_path().string(), /*directory=*/true);
 }
 
 std::string CheckpointDirProblem(const std::string& root, int64_t need_bytes) {

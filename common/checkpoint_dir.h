@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,12 +122,38 @@ struct RetentionResult {
   int64_t bytes_freed = 0;
 };
 
-// Keeps the newest `keep_last` (>= 1) committed checkpoints and deletes the older ones, except
-// `protect_path` ("" for none; e.g. the checkpoint the current attempt resumed from). Also
-// removes .tmp-* (and .trash-*) directories whose writer pid is no longer alive. Idempotent;
-// entries that vanish meanwhile are not errors. Run it after a commit, never before.
+// Which committed checkpoints survive retention: the newest `keep_last` (>= 1), and any older
+// one that a rule below spares.
+struct RetentionPolicy {
+  int64_t keep_last = 3;
+  int64_t keep_every = 0;    // steps that are multiples of it (0: none)
+  std::string protect_path;  // "" for none; e.g. the checkpoint the attempt resumed from
+  std::set<int64_t> pinned;  // steps pinned by the user (ReadCheckpointPins)
+  std::function<bool(int64_t step)> keep_step;  // e.g. validation steps; empty: none
+  // Whether `step` is spared by keep_every, pinned or keep_step (not by keep_last).
+  bool Spares(int64_t step) const;
+  // The newest `n` and nothing else.
+  static RetentionPolicy KeepLast(int64_t n) {
+    RetentionPolicy p;
+    p.keep_last = n;
+    return p;
+  }
+};
+
+// Deletes the committed checkpoints `policy` does not keep. Also removes .tmp-* (and .trash-*)
+// directories whose writer pid is no longer alive. Idempotent; entries that vanish meanwhile
+// (a checkpoint removed by hand) are not errors. Run it after a commit, never before.
+Result<RetentionResult> ApplyRetention(const std::string& root, const RetentionPolicy& policy);
+// The newest `keep_last` and `protect_path` only.
 Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_last,
                                        const std::string& protect_path = "");
+
+// The steps pinned in a pins file (JobLayout::checkpoint_pins: `{"steps": [50, 500]}`, written
+// by adctld on `adctl ckpt pin|unpin`, read by rank 0's retention). No file: none. A malformed
+// file is DataLoss naming it (retention then deletes nothing older than keep_last's window).
+Result<std::set<int64_t>> ReadCheckpointPins(const std::string& path);
+// Writes `steps` to `path` atomically (a temporary file, fsync, rename).
+Status WriteCheckpointPins(const std::string& path, const std::set<int64_t>& steps);
 
 // Why `root` cannot take a checkpoint ("" when it can): it cannot be created or written, or it
 // has fewer free bytes than `need_bytes` (0: not checked). Problems of the disk, not of the run:

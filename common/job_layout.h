@@ -4,6 +4,7 @@
 //   spec.yaml                          the effective spec (written by adctld at each launch)
 //   model/unet2d/                      the materialised `tiny` preset UNet (rank 0 writes it once)
 //   checkpoints/step-NNNNNNNN/         committed checkpoints (unless checkpoint.dir is set)
+//   checkpoint_pins.json               steps retention keeps (adctld writes it: adctl ckpt pin)
 //   logs/attempt-A/rank-R.log          stdout+stderr of a rank (written by the launcher)
 //   logs/attempt-A/rank-R.exit         its exit status (written by the shepherd)
 //   rendezvous/attempt-A/              the file rendezvous of standalone multi-rank runs
@@ -32,6 +33,8 @@ class JobLayout {
   std::string preset_unet2d() const;
   // The checkpoint root: checkpoint.dir when the spec sets one, else <dir>/checkpoints.
   std::string checkpoints(const std::string& spec_checkpoint_dir = "") const;
+  // The steps `adctl ckpt pin` keeps (common/checkpoint_dir.h, ReadCheckpointPins).
+  std::string checkpoint_pins() const;
   std::string logs() const;
   std::string attempt_logs(int attempt) const;
   std::string rank_log(int attempt, int rank) const;

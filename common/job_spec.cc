@@ -154,6 +154,8 @@ void ForEachField(Spec& s, F&& f) {
   f("checkpoint.dir", s.checkpoint.dir);
   f("checkpoint.every_steps", s.checkpoint.every_steps);
   f("checkpoint.keep_last", s.checkpoint.keep_last);
+  f("checkpoint.keep_every", s.checkpoint.keep_every);
+  f("checkpoint.keep_at_validation", s.checkpoint.keep_at_validation);
   f("validation.prompts", s.validation.prompts);
   f("validation.negative_prompt", s.validation.negative_prompt);
   f("validation.steps", s.validation.steps);
@@ -943,6 +945,7 @@ Status ValidateJobSpec(const JobSpec& s) {
   // checkpoint
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_last", s.checkpoint.keep_last, 1));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_every", s.checkpoint.keep_every, 0));
 
   // validation
   const ValidationSpec& v = s.validation;

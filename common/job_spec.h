@@ -95,6 +95,13 @@ struct LoraSpec {
   bool enabled() const { return rank > 0; }
 };
 
+// model.lora.targets when empty: every attention projection (what AnimateDiff's MotionLoRAs
+// cover).
+inline const std::vector<std::string>& DefaultLoraTargets() {
+  static const std::vector<std::string> kTargets = {"to_q", "to_k", "to_v", "to_out.0"};
+  return kTargets;
+}
+
 struct ModelSpec {
   // Either a preset ("tiny": random init, small channels, written in diffusers format into the
   // job directory) or paths. With paths: `unet2d` + optional `motion_adapter` (absent: new
@@ -205,6 +212,11 @@ struct CheckpointSpec {
   std::string dir;           // "" → <job dir>/checkpoints
   int64_t every_steps = 10;  // 0: only at the end
   int64_t keep_last = 3;
+  // Retention spares besides the newest keep_last: every keep_every-th step (0: none), and the
+  // step of each validation sample (a checkpoint is written there when every_steps misses it).
+  // Pinned steps (`adctl ckpt pin`) are spared too.
+  int64_t keep_every = 0;
+  bool keep_at_validation = false;
 };
 
 // Sample videos rendered during training (rank 0, with the current motion modules), as

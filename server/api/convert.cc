@@ -115,6 +115,7 @@ void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {
   out->set_stall_seconds(checkpoint.stall_seconds);
   out->set_attempt(checkpoint.attempt);
   out->set_on_disk(checkpoint.on_disk);
+  out->set_pinned(checkpoint.pinned);
 }
 
 void DeviceToProto(const DeviceStatus& d, v1::Device* out) {

@@ -169,6 +169,11 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
       out.on_disk = true;
     }
   }
+  if (auto pins = store_->ListCheckpointPins(job_id); pins.ok()) {
+    for (int64_t step : *pins) {
+      if (auto it = by_step.find(step); it != by_step.end()) it->second.pinned = true;
+    }
+  }
   std::vector<CheckpointView> out;
   for (auto& [step, c] : by_step) out.push_back(std::move(c));
   return out;

@@ -35,6 +35,7 @@ struct CheckpointView {
   double save_seconds = 0;
   double stall_seconds = 0;
   bool on_disk = false;
+  bool pinned = false;  // adctl ckpt pin: retention keeps it
 };
 
 // A validation sample as recorded, and whether its files are still there.

@@ -296,6 +296,18 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::PinCheckpoint(grpc::ServerContext* ctx,
+                                           const v1::PinCheckpointRequest* req,
+                                           v1::PinCheckpointResponse* resp) {
+  Requester who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
+  ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
+  auto pins = jobs_->PinCheckpoint(req->job_id(), req->step(), req->pin(), who);
+  if (!pins.ok()) return ToGrpcStatus(pins.status());
+  for (int64_t step : *pins) resp->add_pinned_steps(step);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::ListEvents(grpc::ServerContext* ctx, const v1::ListEventsRequest* req,
                                         v1::ListEventsResponse* resp) {
   ADCTL_AUTHORIZE(ctx, Role::kViewer);

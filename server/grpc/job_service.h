@@ -39,6 +39,8 @@ class JobServiceImpl final : public v1::JobService::Service {
                           grpc::ServerWriter<v1::LogChunk>* writer) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,
                                v1::ListCheckpointsResponse* resp) override;
+  grpc::Status PinCheckpoint(grpc::ServerContext* ctx, const v1::PinCheckpointRequest* req,
+                             v1::PinCheckpointResponse* resp) override;
   grpc::Status ListEvents(grpc::ServerContext* ctx, const v1::ListEventsRequest* req,
                           v1::ListEventsResponse* resp) override;
   grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,

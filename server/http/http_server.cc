@@ -477,6 +477,18 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
            }
            reply(res, jobs_->Resume(req.matches[1], gpus, Caller(req, options_.access)));
          });
+  s.Post(R"(/api/v1/jobs/([^/]+)/checkpoints/(\d{1,18})/(pin|unpin))",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           guard_.RequestArrived(req);
+           auto body = JsonBody(req);
+           if (!body.ok()) return SendError(res, body.status());
+           auto pins = jobs_->PinCheckpoint(req.matches[1], std::stoll(req.matches[2]),
+                                            req.matches[3] == "pin", Caller(req, options_.access));
+           if (!pins.ok()) return SendError(res, pins.status());
+           v1::PinCheckpointResponse out;
+           for (int64_t step : *pins) out.add_pinned_steps(step);
+           res.set_content(ToJson(out), "application/json");
+         });
 }
 
 void HttpServer::Stop() {

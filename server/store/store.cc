@@ -200,6 +200,16 @@ ALTER TABLE metrics ADD COLUMN videos_skipped_too_short INTEGER NOT NULL DEFAULT
     R"sql(
 ALTER TABLE jobs ADD COLUMN submitted_by TEXT NOT NULL DEFAULT '';
 )sql",
+    // 12: checkpoints a user pinned (adctl ckpt pin): retention keeps them.
+    R"sql(
+CREATE TABLE checkpoint_pins (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  pinned_at REAL NOT NULL,
+  pinned_by TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, step)
+);
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -960,6 +970,32 @@ Result<std::vector<CheckpointRecord>> Store::ListCheckpoints(const std::string& 
     c.created_at = s.Double(5);
     c.stall_seconds = s.Double(6);
     out.push_back(c);
+  }
+  return out;
+}
+
+Status Store::SetCheckpointPin(const std::string& job_id, int64_t step, bool pinned,
+                               const std::string& by) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, pinned ? "INSERT OR REPLACE INTO checkpoint_pins (job_id, step, pinned_at, "
+                       "pinned_by) VALUES (?,?,?,?)"
+                     : "DELETE FROM checkpoint_pins WHERE job_id=? AND step=?");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(step);
+  if (pinned) s.Bind(clock_->Now()).Bind(by);
+  return s.Run();
+}
+
+Result<std::set<int64_t>> Store::ListCheckpointPins(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT step FROM checkpoint_pins WHERE job_id=? ORDER BY step");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id);
+  std::set<int64_t> out;
+  while (true) {
+    ADCTL_ASSIGN_ROW(row, s.Step());
+    if (!row) break;
+    out.insert(s.Int(0));
   }
   return out;
 }

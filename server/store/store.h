@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,10 @@ class Store {
   // Checkpoints as reported by the ranks.
   Status AddCheckpoint(const CheckpointRecord& checkpoint);
   Result<std::vector<CheckpointRecord>> ListCheckpoints(const std::string& job_id);
+  // Steps a user pinned (retention keeps them); `by` names the token that pinned.
+  Status SetCheckpointPin(const std::string& job_id, int64_t step, bool pinned,
+                          const std::string& by);
+  Result<std::set<int64_t>> ListCheckpointPins(const std::string& job_id);
 
   // Validation samples; a step rendered again (after a restart) replaces its rows.
   Status AddSamples(const std::vector<SampleRecord>& samples);

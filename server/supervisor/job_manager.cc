@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <random>
 
+#include "common/checkpoint_dir.h"
 #include "common/data_dir_layout.h"
 #include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/job_spec.h"
+#include "common/lora_check.h"
 #include "server/launcher/process.h"
 #include "server/supervisor/secrets.h"
 
@@ -105,6 +107,8 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   if (request.priority) spec.resources.priority = *request.priority;
   ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
   ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
+  // After the path policy: only files adctld may read are opened.
+  ADCTL_RETURN_IF_ERROR(CheckLoraFitsModel(spec.model));
   ADCTL_RETURN_IF_ERROR(CheckCheckpointDirFree(store_, spec.checkpoint.dir, ""));
   auto launcher = ChooseLauncher(spec.resources);
   if (!launcher.ok()) return launcher.status();
@@ -249,6 +253,63 @@ Result<JobRecord> JobManager::Pause(const std::string& job_id, std::optional<dou
                                   "; only QUEUED, STARTING or RUNNING jobs can be paused");
     }
   });
+}
+
+Result<std::set<int64_t>> JobManager::PinCheckpoint(const std::string& job_id, int64_t step,
+                                                    bool pin, const Requester& by) {
+  if (step < 1) return InvalidArgument("step: must be >= 1, got " + std::to_string(step));
+  auto job = store_->GetJob(job_id);
+  if (!job.ok()) return job.status();
+  const char* verb = pin ? "pin" : "unpin";
+  ADCTL_RETURN_IF_ERROR(CheckMayActOn(by, *job, verb));
+  const JobLayout layout(job->job_dir);
+  const std::string root = layout.checkpoints(job->checkpoint_dir);
+  auto on_disk = [&]() -> Result<std::string> {  // the committed steps, "" when `step` is one
+    auto listed = ListCheckpoints(root);
+    if (!listed.ok()) return listed.status();
+    std::string steps;
+    for (const CheckpointInfo& c : *listed) {
+      if (c.step == step) return std::string();
+      steps += (steps.empty() ? "" : ", ") + std::to_string(c.step);
+    }
+    return steps.empty() ? std::string("none") : steps;
+  };
+  auto pins = store_->ListCheckpointPins(job_id);
+  if (!pins.ok()) return pins.status();
+  if (pin) {
+    auto missing = on_disk();
+    if (!missing.ok()) return missing.status();
+    if (!missing->empty()) {
+      return NotFound("job " + job_id + ": no committed checkpoint at step " +
+                      std::to_string(step) + " to pin; committed steps: " + *missing);
+    }
+    pins->insert(step);
+  } else if (pins->erase(step) == 0) {
+    return NotFound("job " + job_id + ": step " + std::to_string(step) + " is not pinned");
+  }
+  // The file first: a pin the worker cannot see yet is not a pin.
+  std::error_code ec;
+  if (std::filesystem::is_directory(layout.dir(), ec)) {
+    ADCTL_RETURN_IF_ERROR(WriteCheckpointPins(layout.checkpoint_pins(), *pins));
+  }
+  ADCTL_RETURN_IF_ERROR(store_->SetCheckpointPin(job_id, step, pin, by.name));
+  if (pin) {
+    // Retention may have deleted it between the check and the file: say so, keep nothing.
+    auto missing = on_disk();
+    if (missing.ok() && !missing->empty()) {
+      pins->erase(step);
+      (void)store_->SetCheckpointPin(job_id, step, false, by.name);
+      (void)WriteCheckpointPins(layout.checkpoint_pins(), *pins);
+      return NotFound("job " + job_id + ": the checkpoint of step " + std::to_string(step) +
+                      " was deleted by retention while being pinned; committed steps: " + *missing);
+    }
+  }
+  (void)recorder_->AddEvent(
+      job_id, job->attempt, pin ? "checkpoint_pinned" : "checkpoint_unpinned", "info",
+      std::string(pin ? "pinned" : "unpinned") + " by " +
+          (by.name.empty() ? std::string("user") : by.name) + ": checkpoint of step " +
+          std::to_string(step) + (pin ? " (retention keeps it)" : ""));
+  return *pins;
 }
 
 Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<int> gpus,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,13 @@ class JobManager {
   // `gpus`: resume on another rank count, keeping the global batch through train.grad_accum.
   Result<JobRecord> Resume(const std::string& job_id, std::optional<int> gpus,
                            const Requester& by = {});
+  // `adctl ckpt pin|unpin`: records (SQLite) that retention must keep (or may again delete)
+  // the checkpoint of `step`, and writes the job's pins file that rank 0's retention reads at
+  // each commit (JobLayout::checkpoint_pins). Pinning needs the committed checkpoint on disk
+  // (NotFound naming the steps there); unpinning a step that is not pinned is NotFound. Returns
+  // the pinned steps afterwards.
+  Result<std::set<int64_t>> PinCheckpoint(const std::string& job_id, int64_t step, bool pin,
+                                          const Requester& by = {});
   // Why a QUEUED job waits ("" otherwise).
   std::string WaitReason(const std::string& job_id) { return monitor_->WaitReason(job_id); }
 

@@ -259,6 +259,41 @@ TEST_F(CheckpointDirTest, RetentionKeepsNewestAndProtected) {
   EXPECT_TRUE(ApplyRetention((root_ / "missing").string(), 1).ok());
 }
 
+TEST_F(CheckpointDirTest, RetentionSparesEveryNthValidationAndPinnedSteps) {
+  for (int64_t step = 10; step <= 120; step += 10) CommitStep(step);
+  RetentionPolicy policy = RetentionPolicy::KeepLast(2);
+  policy.keep_every = 50;
+  policy.pinned = {30};
+  policy.keep_step = [](int64_t step) { return step == 70; };  // a validation step
+  ASSERT_TRUE(ApplyRetention(root_.string(), policy).ok());
+  std::vector<int64_t> steps;
+  for (const auto& c : ListCheckpoints(root_.string()).value()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{30, 50, 70, 100, 110, 120}));
+  // Unpinned, it goes at the next retention; the others stay.
+  policy.pinned.clear();
+  ASSERT_TRUE(ApplyRetention(root_.string(), policy).ok());
+  steps.clear();
+  for (const auto& c : ListCheckpoints(root_.string()).value()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{50, 70, 100, 110, 120}));
+  // A checkpoint removed by hand is simply not there.
+  fs::remove_all(root_ / "step-00000070");
+  EXPECT_TRUE(ApplyRetention(root_.string(), policy).ok());
+}
+
+TEST_F(CheckpointDirTest, PinsFileRoundTripsAndAMalformedOneIsNamed) {
+  fs::create_directories(root_);
+  const std::string pins = (root_ / "checkpoint_pins.json").string();
+  EXPECT_TRUE(ReadCheckpointPins(pins)->empty());  // no file: none
+  ASSERT_TRUE(WriteCheckpointPins(pins, {50, 500}).ok());
+  EXPECT_EQ(*ReadCheckpointPins(pins), (std::set<int64_t>{50, 500}));
+  ASSERT_TRUE(WriteCheckpointPins(pins, {}).ok());
+  EXPECT_TRUE(ReadCheckpointPins(pins)->empty());
+  WriteFile(pins, "{\"steps\": [\"fifty\"]}");
+  const auto bad = ReadCheckpointPins(pins);
+  ASSERT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find(pins), std::string::npos);
+}
+
 TEST_F(CheckpointDirTest, DirProblemNamesWhatTheDiskLacks) {
   // Made when missing, written to, and the probe file is gone afterwards.
   EXPECT_EQ(CheckpointDirProblem(root_.string(), 0), "");

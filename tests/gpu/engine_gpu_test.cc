@@ -219,7 +219,7 @@ TEST_F(EngineGpuTest, BackgroundCheckpointOfGpuTensorsIsTheStateAtStart) {
   const auto dir = fs::temp_directory_path() / ("adctl-gpu-saver-" + std::to_string(::getpid()));
   auto weight = torch::randn({4096, 1024}, torch::kCUDA);
   const auto expected = weight.cpu();
-  CheckpointSaver saver(dir.string(), 1, "");
+  CheckpointSaver saver(dir.string(), RetentionPolicy::KeepLast(1));
   CheckpointState state;
   state.step = 1;
   state.motion_adapter = {{"down_blocks.0.motion_modules.0.proj_out.weight", weight}};

@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 11);
+  EXPECT_EQ(store_->schema_version(), 12);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -109,6 +109,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE metrics DROP COLUMN videos_skipped_truncated; "
                          "ALTER TABLE metrics DROP COLUMN videos_skipped_too_short; "
                          "ALTER TABLE jobs DROP COLUMN submitted_by; "
+                         "DROP TABLE checkpoint_pins; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -117,7 +118,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 11);
+  EXPECT_EQ(store_->schema_version(), 12);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");

@@ -283,6 +283,15 @@ TEST_F(SupervisorTest, RejectsBadSpecsWithTheFieldName) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("train.max_steps"), std::string::npos)
       << bad.status().message();
+  // A LoRA wider than the motion module it adapts: refused at submit, not by the worker.
+  const std::string tiny = std::string(ADCTL_REPO_ROOT) + "/tests/fixtures/diffusers-tiny";
+  r.spec_yaml = "name: x\nmodel: {unet2d: " + tiny + "/unet2d, motion_adapter: " + tiny +
+                "/motion_adapter, lora: {rank: 64}}\n";
+  auto wide = supervisor_->jobs().Submit(r);
+  EXPECT_EQ(wide.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wide.status().message().find("model.lora.rank: 64 is above the width of"),
+            std::string::npos)
+      << wide.status().message();
 }
 
 TEST_F(SupervisorTest, RestartedSupervisorReattachesLiveRanks) {

@@ -268,7 +268,7 @@ CheckpointState SmallState(int64_t step, const torch::Tensor& weight) {
 
 TEST_F(CheckpointSaverTest, WritesTheStateAsItWasAtStartWhileTrainingChangesIt) {
   const std::string root = (root_ / "ckpt").string();
-  CheckpointSaver saver(root, 2, "");
+  CheckpointSaver saver(root, RetentionPolicy::KeepLast(2));
   EXPECT_FALSE(saver.Poll().has_value());
   auto weight = torch::ones({1000});
   saver.Start(SmallState(1, weight));
@@ -299,7 +299,7 @@ TEST_F(CheckpointSaverTest, WritesTheStateAsItWasAtStartWhileTrainingChangesIt) 
 TEST_F(CheckpointSaverTest, AFailedWriteIsReportedWithItsCause) {
   const fs::path blocker = root_ / "not-a-directory";
   std::ofstream(blocker) << "x";
-  CheckpointSaver saver(blocker.string(), 1, "");
+  CheckpointSaver saver(blocker.string(), RetentionPolicy::KeepLast(1));
   saver.Start(SmallState(3, torch::ones({4})));
   auto saved = saver.Wait();
   ASSERT_TRUE(saved.has_value());
@@ -314,7 +314,7 @@ TEST_F(CheckpointSaverTest, AFailedWriteIsReportedWithItsCause) {
 TEST_F(CheckpointSaverTest, ARootSwappedForASymlinkIsRefused) {
   fs::create_directories(root_ / "mine" / "ckpt");
   fs::create_directories(root_ / "theirs" / "ckpt");
-  CheckpointSaver saver((root_ / "mine" / "ckpt").string(), 1, "");
+  CheckpointSaver saver((root_ / "mine" / "ckpt").string(), RetentionPolicy::KeepLast(1));
   fs::rename(root_ / "mine", root_ / "mine-moved");
   fs::create_directory_symlink(root_ / "theirs", root_ / "mine");
   saver.Start(SmallState(4, torch::ones({4})));
@@ -332,7 +332,7 @@ TEST_F(CheckpointSaverTest, ARootSwappedForASymlinkIsRefused) {
 TEST(CheckpointSaverChild, DISABLED_WritesALargeCheckpoint) {
   const char* root = std::getenv("ADCTL_SAVER_TEST_ROOT");
   ASSERT_NE(root, nullptr);
-  CheckpointSaver saver(root, 3, "");
+  CheckpointSaver saver(root, RetentionPolicy::KeepLast(3));
   CheckpointState state = SmallState(2, torch::ones({64 << 20}));
   saver.Start(state);
   saver.Wait();
@@ -341,7 +341,7 @@ TEST(CheckpointSaverChild, DISABLED_WritesALargeCheckpoint) {
 TEST_F(CheckpointSaverTest, AWorkerKilledDuringTheBackgroundWriteKeepsThePreviousCheckpoint) {
   const std::string root = (root_ / "ckpt").string();
   {
-    CheckpointSaver saver(root, 3, "");
+    CheckpointSaver saver(root, RetentionPolicy::KeepLast(3));
     saver.Start(SmallState(1, torch::ones({16})));
     auto saved = saver.Wait();
     ASSERT_TRUE(saved && saved->status.ok());

@@ -41,11 +41,6 @@ struct LoraLayer {
 };
 
 // The projections a target name selects, as diffusers names them.
-inline const std::vector<std::string>& DefaultLoraTargets() {
-  static const std::vector<std::string> kTargets = {"to_q", "to_k", "to_v", "to_out.0"};
-  return kTargets;
-}
-
 class LoraAdapters {
  public:
   LoraAdapters() = default;

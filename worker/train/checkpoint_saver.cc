@@ -49,11 +49,11 @@ Status WriteCheckpointFiles(const std::string& dir, const CheckpointState& state
   return Status::Ok();
 }
 
-CheckpointSaver::CheckpointSaver(std::string root, int64_t keep_last, std::string keep_path)
+CheckpointSaver::CheckpointSaver(std::string root, RetentionPolicy retention, std::string pins_file)
     : root_(std::move(root)),
       resolved_root_(ResolvedPath(root_)),
-      keep_last_(keep_last),
-      keep_path_(std::move(keep_path)) {}
+      retention_(std::move(retention)),
+      pins_file_(std::move(pins_file)) {}
 
 CheckpointSaver::~CheckpointSaver() { Join(); }
 
@@ -155,8 +155,17 @@ SavedCheckpoint CheckpointSaver::Write(const CheckpointState& host) {
   saved.path = *path;
   saved.write_seconds = Seconds(t0, t1);
   saved.commit_seconds = Seconds(t1, Clock::now());
-  auto retention = ApplyRetention(root_, keep_last_, keep_path_);
-  if (!retention.ok()) saved.retention_error = retention.status().ToString();
+  // Pins come and go while the job runs: read them at each retention. Unreadable pins delete
+  // nothing (a pinned checkpoint must never go).
+  auto pins = pins_file_.empty() ? Result<std::set<int64_t>>(std::set<int64_t>())
+                                 : ReadCheckpointPins(pins_file_);
+  if (pins.ok()) {
+    retention_.pinned = std::move(pins).value();
+    auto retention = ApplyRetention(root_, retention_);
+    if (!retention.ok()) saved.retention_error = retention.status().ToString();
+  } else {
+    saved.retention_error = pins.status().ToString() + "; no checkpoint was deleted";
+  }
   // The size from the listing (stat only): verifying would hash every file a second time.
   auto listed = ListCheckpoints(root_);
   if (listed.ok()) {

@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 
+#include "common/checkpoint_dir.h"
 #include "common/status.h"
 #include "worker/model/weights.h"
 
@@ -66,9 +67,10 @@ struct SavedCheckpoint {
 
 class CheckpointSaver {
  public:
-  // Checkpoints go to `root`; after each commit retention keeps the newest `keep_last` (>= 1)
-  // and `keep_path` (the checkpoint the run resumed from; "" for none).
-  CheckpointSaver(std::string root, int64_t keep_last, std::string keep_path);
+  // Checkpoints go to `root`; after each commit retention applies `retention`
+  // (common/checkpoint_dir.h) with the steps pinned in `pins_file` ("" for none) read then,
+  // so a pin made while the job runs is honoured at the next commit.
+  CheckpointSaver(std::string root, RetentionPolicy retention, std::string pins_file = "");
   // Waits for a write in flight (its result is dropped).
   ~CheckpointSaver();
   CheckpointSaver(const CheckpointSaver&) = delete;
@@ -98,8 +100,8 @@ class CheckpointSaver {
 
   std::string root_;
   std::string resolved_root_;  // root_ with its symlinks resolved when the saver was made
-  int64_t keep_last_;
-  std::string keep_path_;
+  RetentionPolicy retention_;
+  std::string pins_file_;
   std::map<std::string, torch::Tensor> buffers_;  // "<prefix><name>" -> host buffer
   std::thread thread_;
   std::atomic<bool> finished_{false};

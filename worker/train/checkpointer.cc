@@ -10,6 +10,7 @@
 #include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "worker/model/weights.h"
+#include "worker/sample/validation.h"
 
 namespace adctl {
 
@@ -127,7 +128,15 @@ void Checkpointer::ReportSkipped(int64_t step) {
 
 void Checkpointer::StartWriter(bool reserve) {
   if (!spec_.checkpoint.enabled || options_.rank != 0) return;
-  saver_ = std::make_unique<CheckpointSaver>(root_, spec_.checkpoint.keep_last, resumed_from_);
+  RetentionPolicy retention;
+  retention.keep_last = spec_.checkpoint.keep_last;
+  retention.keep_every = spec_.checkpoint.keep_every;
+  retention.protect_path = resumed_from_;
+  if (spec_.checkpoint.keep_at_validation) {
+    retention.keep_step = [v = spec_.validation](int64_t step) { return ValidationDue(v, step); };
+  }
+  saver_ = std::make_unique<CheckpointSaver>(root_, std::move(retention),
+                                             JobLayout(options_.job_dir).checkpoint_pins());
   if (reserve) saver_->Reserve(current_());
 }
 

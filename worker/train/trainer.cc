@@ -332,12 +332,17 @@ class Trainer {
       }
       if (metrics_->Due(state_.step)) metrics_->Report(r);
       // Every rank gets the same answer (same spec, same step).
-      if (ValidationDue(spec_.validation, state_.step)) {
+      const bool validation = ValidationDue(spec_.validation, state_.step);
+      if (validation) {
         if (auto f = RenderValidation()) return Fail(*f);
         last_step_end = SteadyClock::now();  // the next step's time does not include the render
       }
-      if (spec_.checkpoint.every_steps > 0 && state_.step % spec_.checkpoint.every_steps == 0 &&
-          state_.step < spec_.train.max_steps && !stop) {
+      // checkpoint.keep_at_validation: the weights behind a sample are kept, so they must be
+      // written even when every_steps misses the step.
+      const auto& c = spec_.checkpoint;
+      const bool save = (c.every_steps > 0 && state_.step % c.every_steps == 0) ||
+                        (c.keep_at_validation && validation);
+      if (save && state_.step < spec_.train.max_steps && !stop) {
         if (auto f = checkpoints_.Save(state_.step, /*wait=*/false, parallel_.comm.get()))
           return Fail(*f);
         last_step_end = SteadyClock::now();  // the next step's time does not include the save
