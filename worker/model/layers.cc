@@ -221,14 +221,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     auto w = torch::cat({to_q->weight, to_k->weight, to_v->weight});
     auto qkv = torch::linear(x, As(w, x));
     if (lora_q || lora_k || lora_v) {
-      // The adapters' terms in the same [q, k, v] layout (a projection without one adds zeros).
-      const int64_t c = to_q->weight.size(0);
-      std::vector<torch::Tensor> deltas;
-      for (const auto* lora : {&lora_q, &lora_k, &lora_v}) {
-        deltas.push_back(*lora ? (*lora)->Delta(x, is_training())
-                               : torch::zeros_like(qkv.narrow(-1, 0, c)));
-      }
-      qkv = qkv + torch::cat(deltas, -1);
+      // The adapters' terms in the same [q, k, v] layout, added by one GEMM.
+      qkv = AddLoraTerms(qkv, x, {lora_q.get(), lora_k.get(), lora_v.get()}, to_q->weight.size(0),
+                         is_training());
     }
     return Project(out_proj, lora_out, FusedShortSelfAttention(qkv, heads));
   }
@@ -260,7 +255,7 @@ torch::Tensor AttentionImpl::Project(const torch::nn::Linear& layer,
                                      const std::shared_ptr<LoraLayer>& lora,
                                      const torch::Tensor& x) const {
   auto y = LinearIn(layer, x);
-  return lora ? y + lora->Delta(x, is_training()) : y;
+  return lora ? AddLoraTerms(y, x, {lora.get()}, y.size(-1), is_training()) : y;
 }
 
 std::shared_ptr<LoraLayer>* AttentionImpl::LoraSlot(const std::string& projection) {

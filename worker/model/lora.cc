@@ -58,6 +58,45 @@ torch::Tensor LoraLayer::Delta(const torch::Tensor& x, bool training) const {
   return torch::linear(torch::linear(in, a), b) * scale;
 }
 
+torch::Tensor AddLoraTerms(const torch::Tensor& y, const torch::Tensor& x,
+                           const std::vector<const LoraLayer*>& layers, int64_t width,
+                           bool training) {
+  bool dropout = false;
+  for (const LoraLayer* l : layers) dropout = dropout || (l && l->dropout > 0 && training);
+  if (dropout) {
+    std::vector<torch::Tensor> terms;
+    for (const LoraLayer* l : layers) {
+      terms.push_back(l ? l->Delta(x, training) : torch::zeros_like(y.narrow(-1, 0, width)));
+    }
+    return y + (terms.size() == 1 ? terms[0] : torch::cat(terms, -1));
+  }
+  const auto dtype = x.scalar_type();
+  std::vector<torch::Tensor> a_rows;
+  int64_t rank = 0;
+  for (const LoraLayer* l : layers) {
+    if (!l) continue;
+    a_rows.push_back(l->A);
+    rank += l->A.size(0);
+  }
+  std::vector<torch::Tensor> b_blocks;
+  int64_t offset = 0;
+  for (const LoraLayer* l : layers) {
+    if (!l) {
+      b_blocks.push_back(torch::zeros({width, rank}, y.options().dtype(torch::kFloat)));
+      continue;
+    }
+    const int64_t r = l->A.size(0);
+    b_blocks.push_back(torch::constant_pad_nd(l->B * l->scale, {offset, rank - offset - r}));
+    offset += r;
+  }
+  auto a = a_rows.size() == 1 ? a_rows[0] : torch::cat(a_rows);
+  auto b = b_blocks.size() == 1 ? b_blocks[0] : torch::cat(b_blocks);
+  auto xa = torch::linear(x, a.scalar_type() == dtype ? a : a.to(dtype));
+  const auto out = y.scalar_type();  // the base projection's output dtype
+  auto y2 = y.reshape({-1, y.size(-1)});
+  return torch::addmm(y2, xa.reshape({-1, rank}).to(out), b.to(out).t()).view(y.sizes());
+}
+
 Result<LoraAdapters> LoraAdapters::Attach(UNet3DImpl& model, const LoraSpec& spec, uint64_t seed) {
   LoraAdapters out;
   out.rank_ = spec.rank;

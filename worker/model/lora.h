@@ -40,6 +40,15 @@ struct LoraLayer {
   torch::Tensor Delta(const torch::Tensor& x, bool training) const;
 };
 
+// y + the adapters' terms: `layers` adapt the consecutive column blocks of y, each `width`
+// wide (a null layer: that block has none; [q, k, v] of a fused projection), on input x. One
+// thin GEMM and one GEMM that adds into y (addmm: no separate scale, add or concatenation):
+// y + (x [A_1; A_2; …]ᵀ) · blockdiag(s_1 B_1, s_2 B_2, …)ᵀ. With dropout while training, each
+// adapter draws its own mask (PEFT), term by term.
+torch::Tensor AddLoraTerms(const torch::Tensor& y, const torch::Tensor& x,
+                           const std::vector<const LoraLayer*>& layers, int64_t width,
+                           bool training);
+
 // The projections a target name selects, as diffusers names them.
 class LoraAdapters {
  public:
