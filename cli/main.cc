@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/client.h"
+#include "cli/diff.h"
 #include "cli/render.h"
 #include "common/job_spec.h"
 #include "common/status.h"
@@ -356,8 +357,14 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
       std::cout << buf;
     }
   }
-  std::cout << "\n"
-            << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n"
+  std::cout << "\n";
+  if (job.progress().eval_step() > 0) {
+    char buf[96];
+    snprintf(buf, sizeof(buf), "Eval loss:  %.5f at step %lld (held-out clips)\n",
+             job.progress().eval_loss(), static_cast<long long>(job.progress().eval_step()));
+    std::cout << buf;
+  }
+  std::cout << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n"
             << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
             << "Attempt:    " << job.attempt() << "  restarts " << job.restarts() << "/"
             << job.max_restarts() << "\n"
@@ -786,6 +793,13 @@ int main(int argc, char** argv) {
                    "file for animatediff and animatediff-lora)")
       ->required();
   export_cmd->callback(run([&](Client& c) { return Export(c, g, job_id, exp); }));
+
+  std::string other_job_id;
+  auto* diff =
+      app.add_subcommand("diff", "two jobs side by side: spec fields that differ, latest metrics");
+  diff->add_option("A", job_id, "job id")->required();
+  diff->add_option("B", other_job_id, "job id")->required();
+  diff->callback(run([&](Client& c) { return Diff(c, g.json(), job_id, other_job_id); }));
 
   app.add_subcommand("gpus", "the coordinator's GPUs (or CPU slots) and who holds them")
       ->callback(run([&](Client& c) { return Devices(c, g); }));

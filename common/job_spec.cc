@@ -68,8 +68,8 @@ ADCTL_SPEC_ENUM_TABLE(LoraScope, {LoraScope::kMotion, "motion"}, {LoraScope::kSp
 
 namespace {
 
-constexpr const char* kSections[] = {"model",      "data",       "preprocess", "train",
-                                     "checkpoint", "validation", "export",     "resources"};
+constexpr const char* kSections[] = {"model",      "data", "preprocess", "train",    "checkpoint",
+                                     "validation", "eval", "export",     "resources"};
 // Mappings one level further down: `model: {lora: {rank: 64}}` is model.lora.rank.
 constexpr const char* kSubsections[] = {"model.lora"};
 
@@ -172,6 +172,11 @@ void ForEachField(Spec& s, F&& f) {
   f("validation.steps_offset", s.validation.steps_offset);
   f("validation.fps", s.validation.fps);
   f("validation.decode_chunk", s.validation.decode_chunk);
+  f("eval.holdout_clips", s.eval.holdout_clips);
+  f("eval.path", s.eval.path);
+  f("eval.timesteps", s.eval.timesteps);
+  f("eval.every_steps", s.eval.every_steps);
+  f("eval.seed", s.eval.seed);
   f("export.formats", s.exports.formats);
   f("resources.gpus", s.resources.gpus);
   f("resources.priority", s.resources.priority);
@@ -191,9 +196,10 @@ void ForEachField(Spec& s, F&& f) {
 }
 
 // The launcher fields (ResourceSpec): written only when they differ from a default spec's; the
-// model.lora fields only when a LoRA is asked for.
+// model.lora and eval fields only when a LoRA or an eval loss is asked for.
 bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("model.lora.", 0) == 0) return !spec.model.lora.enabled();
+  if (path.rfind("eval.", 0) == 0) return !spec.eval.enabled();
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
       "resources.slurm_account",    "resources.slurm_partition", "resources.slurm_qos",
@@ -993,6 +999,31 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps_offset", v.steps_offset, 0));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.fps", v.fps, 1));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.decode_chunk", v.decode_chunk, 1));
+
+  // eval
+  const EvalSpec& e = s.eval;
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.holdout_clips", e.holdout_clips, 0));
+  if (e.enabled()) {
+    if (preprocess) return InvalidArgument("eval: a preprocess job trains nothing to evaluate");
+    if (e.holdout_clips > 0 && !e.path.empty()) {
+      return InvalidArgument(
+          "eval: set holdout_clips (clips of data held out) or path (a "
+          "cache of eval clips), not both");
+    }
+    if (e.holdout_clips > 0 && s.data.kind == DataKind::kSynthetic &&
+        e.holdout_clips >= s.data.num_samples) {
+      return InvalidArgument("eval.holdout_clips: " + Show(e.holdout_clips) +
+                             " leaves no clip of data.num_samples (" + Show(s.data.num_samples) +
+                             ") to train on");
+    }
+    if (e.timesteps.empty()) return InvalidArgument("eval.timesteps: at least one timestep");
+    for (size_t i = 0; i < e.timesteps.size(); ++i) {
+      ADCTL_RETURN_IF_ERROR(Within<int64_t>(("eval.timesteps[" + std::to_string(i) + "]").c_str(),
+                                            e.timesteps[i], 0, t.num_train_timesteps - 1));
+    }
+  }
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.every_steps", e.every_steps, 0));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.seed", e.seed, 0));
 
   // export
   for (size_t i = 0; i < s.exports.formats.size(); ++i) {

@@ -274,6 +274,17 @@ struct ResourceSpec {
 // existed reads it).
 void ClearLauncherFields(ResourceSpec* resources);
 
+// Eval loss on held-out clips (worker/train/evaluator.h): a number that depends only on the
+// weights. Active when `holdout_clips` > 0 or `path` is set.
+struct EvalSpec {
+  int64_t holdout_clips = 0;  // clips of `data` held out (never trained on), drawn by `seed`
+  std::string path;           // or a latent cache of eval clips of its own
+  std::vector<int64_t> timesteps = {100, 300, 500, 700, 900};
+  int64_t every_steps = 500;  // and at the last step
+  int64_t seed = 0;           // the held-out draw and every (clip, timestep) noise
+  bool enabled() const { return holdout_clips > 0 || !path.empty(); }
+};
+
 struct JobSpec {
   std::string name = "job";
   JobKind kind = JobKind::kTrain;  // preprocess: videos → latent cache
@@ -283,6 +294,7 @@ struct JobSpec {
   TrainSpec train;
   CheckpointSpec checkpoint;
   ValidationSpec validation;
+  EvalSpec eval;
   ExportSpec exports;  // the `export` section
   ResourceSpec resources;
 

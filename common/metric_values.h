@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common/nvml.h"
 
@@ -43,6 +45,12 @@ struct MetricValues {
   int64_t videos_skipped_zero_frames = 0;
   int64_t videos_skipped_truncated = 0;
   int64_t videos_skipped_too_short = 0;
+  // Eval loss on held-out clips (the spec's `eval`) when this step evaluated; negative: not
+  // evaluated at this step.
+  double eval_loss = -1;
+  // Its per-timestep means, (timestep, loss) in eval.timesteps' order: the one value outside
+  // ForEachMetricValue (a list; proto/metric_point.cc and the store convert it by hand).
+  std::vector<std::pair<int64_t, double>> eval_by_timestep;
 };
 
 // Calls f(name, member) for every value above, under its v1::MetricPoint field name.
@@ -72,6 +80,7 @@ void ForEachMetricValue(Values& m, F&& f) {
   f("videos_skipped_zero_frames", m.videos_skipped_zero_frames);
   f("videos_skipped_truncated", m.videos_skipped_truncated);
   f("videos_skipped_too_short", m.videos_skipped_too_short);
+  f("eval_loss", m.eval_loss);
 }
 
 // The skip counts of `m` under their reason names ("missing", ..., as VideoErrorName spells

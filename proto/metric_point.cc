@@ -23,6 +23,12 @@ void MetricValuesToProto(const MetricValues& m, v1::MetricPoint* out) {
       reflection->SetInt64(out, MetricField(name), v);
     }
   });
+  out->clear_eval_by_timestep();
+  for (const auto& [t, loss] : m.eval_by_timestep) {
+    auto* e = out->add_eval_by_timestep();
+    e->set_timestep(t);
+    e->set_loss(loss);
+  }
 }
 
 void MetricValuesFromProto(const v1::MetricPoint& p, MetricValues* m) {
@@ -34,6 +40,9 @@ void MetricValuesFromProto(const v1::MetricPoint& p, MetricValues* m) {
       v = reflection->GetInt64(p, MetricField(name));
     }
   });
+  m->eval_by_timestep.clear();
+  for (const auto& e : p.eval_by_timestep())
+    m->eval_by_timestep.emplace_back(e.timestep(), e.loss());
 }
 
 }  // namespace adctl

@@ -51,6 +51,11 @@ class JsonlReporter : public Reporter {
   void OnStep(const StepReport& r) override {
     nlohmann::json line = {{"event", "step"}};
     ForEachMetricValue(r, [&](const char* name, const auto& v) { line[name] = v; });
+    if (!r.eval_by_timestep.empty()) {
+      line["eval_by_timestep"] = nlohmann::json::array();
+      for (const auto& [t, loss] : r.eval_by_timestep)
+        line["eval_by_timestep"].push_back({t, loss});
+    }
     Write(line);
   }
   void OnCheckpoint(const CheckpointReport& r) override {

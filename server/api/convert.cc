@@ -39,6 +39,9 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_loss(job.progress.loss);
   p->set_clips_per_second(job.progress.clips_per_second);
   p->set_mfu_ratio(job.progress.mfu_ratio);
+  p->set_learning_rate(job.progress.learning_rate);
+  p->set_eval_loss(job.progress.eval_loss);
+  p->set_eval_step(job.progress.eval_step);
   p->set_step_seconds(job.progress.step_seconds);
   if (!IsTerminal(job.state)) {
     p->set_eta_seconds(

@@ -66,6 +66,11 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                 .Name("adctl_train_loss")
                 .Help("Latest training loss (mean over ranks).")
                 .Register(*registry_)),
+      eval_loss_(BuildGauge()
+                     .Name("adctl_eval_loss")
+                     .Help("Latest eval loss on held-out clips (the spec's eval), per timestep "
+                           "and overall (timestep=\"all\").")
+                     .Register(*registry_)),
       learning_rate_(BuildGauge()
                          .Name("adctl_train_learning_rate")
                          .Help("Learning rate of the latest optimizer step.")
@@ -159,6 +164,18 @@ const std::vector<std::string>& JobMetrics::RankDevices(const std::string& job_i
   std::vector<std::string> devices;
   if (auto a = store_->GetAttempt(job_id, attempt); a.ok()) devices = a->devices;
   return rank_devices_.emplace(key, std::move(devices)).first->second;
+}
+
+bool JobMetrics::Trains(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = trains_.find(job_id);
+  if (it != trains_.end()) return it->second;
+  bool trains = true;
+  if (auto job = store_->GetJob(job_id); job.ok()) {
+    auto spec = ParseJobSpec(job->spec_yaml);
+    trains = !spec.ok() || spec->kind != JobKind::kPreprocess;
+  }
+  return trains_.emplace(job_id, trains).first->second;
 }
 
 void JobMetrics::UpdateRankDevice(const MetricRecord& m) {
@@ -285,6 +302,22 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
     }
     if (m.rank != 0) continue;
     const prometheus::Labels job{{"job_id", m.job_id}};
+    if (m.eval_loss >= 0) {
+      WithSeries(eval_loss_, m.job_id, {{"job_id", m.job_id}, {"timestep", "all"}},
+                 set(m.eval_loss));
+      for (const auto& [t, loss] : m.eval_by_timestep) {
+        WithSeries(eval_loss_, m.job_id, {{"job_id", m.job_id}, {"timestep", std::to_string(t)}},
+                   set(loss));
+      }
+    }
+    // A preprocess rank trains nothing: no loss or learning rate series (its skip counts and
+    // throughput say how it goes).
+    if (!Trains(m.job_id)) {
+      WithSeries(global_step_, m.job_id, job, set(static_cast<double>(m.step)));
+      WithSeries(total_steps_, m.job_id, job, set(static_cast<double>(m.total_steps)));
+      WithSeries(clips_per_second_, m.job_id, job, set(m.clips_per_second));
+      continue;
+    }
     WithSeries(loss_, m.job_id, job, set(m.loss));
     WithSeries(learning_rate_, m.job_id, job, set(m.learning_rate));
     WithSeries(global_step_, m.job_id, job, set(static_cast<double>(m.step)));
@@ -319,6 +352,7 @@ void JobMetrics::OnJobFinished(const std::string& job_id, JobState /*state*/) {
 }
 
 void JobMetrics::DropJob(const std::string& job_id) {
+  trains_.erase(job_id);
   for (auto r = rank_devices_.begin(); r != rank_devices_.end();) {
     r = r->first.first == job_id ? rank_devices_.erase(r) : std::next(r);
   }

@@ -59,6 +59,8 @@ class JobMetrics : public SupervisorObserver {
   void DropJob(const std::string& job_id);  // requires mu_
   // The device names of an attempt's ranks (from the store, cached); requires mu_.
   const std::vector<std::string>& RankDevices(const std::string& job_id, int attempt);
+  // Whether the job trains (not a preprocess job), from its spec, cached.
+  bool Trains(const std::string& job_id);
   void UpdateRankDevice(const MetricRecord& m);
   // Removes a job's series of `family` with `labels` and forgets its remover; requires mu_.
   void RemoveSeries(prometheus::Family<prometheus::Gauge>& family, const std::string& job_id,
@@ -73,6 +75,7 @@ class JobMetrics : public SupervisorObserver {
 
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& eval_loss_;
   prometheus::Family<prometheus::Gauge>& learning_rate_;
   prometheus::Family<prometheus::Gauge>& global_step_;
   prometheus::Family<prometheus::Gauge>& total_steps_;
@@ -100,6 +103,7 @@ class JobMetrics : public SupervisorObserver {
   std::vector<Device> inventory_;                                                 // guarded by mu_
   std::function<std::vector<DeviceStatus>()> live_;                               // guarded by mu_
   std::map<std::pair<std::string, int>, std::vector<std::string>> rank_devices_;  // mu_
+  std::map<std::string, bool> trains_;  // guarded by mu_; job id → not a preprocess job
   // guarded by mu_; (job id, rank) → its last reported device reading (CPU slots' values)
   std::map<std::pair<std::string, int>, DeviceReading> last_reading_;
   // guarded by mu_; (job id, rank) → the labels of its adctl_rank_gpu_info series (the device a

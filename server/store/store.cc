@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
@@ -210,6 +211,15 @@ CREATE TABLE checkpoint_pins (
   PRIMARY KEY (job_id, step)
 );
 )sql",
+    // 13: eval loss on held-out clips (overall, and per timestep as JSON [[t, loss], ...]); the
+    // job's latest eval loss and learning rate.
+    R"sql(
+ALTER TABLE metrics ADD COLUMN eval_loss REAL NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN eval_by_timestep TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN learning_rate REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN eval_loss REAL NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN eval_step INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -327,9 +337,30 @@ const char kJobColumns[] =
     "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
     "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
-    "rendezvous_timeout_seconds, launcher, submitted_by, "
+    "rendezvous_timeout_seconds, launcher, submitted_by, learning_rate, eval_loss, eval_step, "
     "COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
     "attempts.attempt = jobs.attempt), '')";
+
+// MetricValues::eval_by_timestep in its TEXT column: [[timestep, loss], ...]; "" for none.
+std::string EvalByTimestepJson(const std::vector<std::pair<int64_t, double>>& losses) {
+  if (losses.empty()) return "";
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [t, loss] : losses) j.push_back({t, loss});
+  return j.dump();
+}
+
+std::vector<std::pair<int64_t, double>> EvalByTimestepFromJson(const std::string& text) {
+  std::vector<std::pair<int64_t, double>> out;
+  if (text.empty()) return out;
+  try {
+    for (const auto& pair : nlohmann::json::parse(text)) {
+      out.emplace_back(pair.at(0).get<int64_t>(), pair.at(1).get<double>());
+    }
+  } catch (const nlohmann::json::exception&) {
+    out.clear();  // written by this file only; a damaged value reads as none
+  }
+  return out;
+}
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -365,7 +396,10 @@ JobRecord ReadJob(const Stmt& s) {
   j.rendezvous_timeout_seconds = s.Double(29);
   j.launcher = s.Text(30);
   j.submitted_by = s.Text(31);
-  j.cluster_job = s.Text(32);
+  j.progress.learning_rate = s.Double(32);
+  j.progress.eval_loss = s.Double(33);
+  j.progress.eval_step = s.Int(34);
+  j.cluster_job = s.Text(35);
   return j;
 }
 
@@ -791,7 +825,7 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   // A re-sent batch (client retry after a lost reply) must not duplicate rows.
   static const std::string insert = [] {
-    std::string columns = "job_id, attempt, rank", values = "?,?,?";
+    std::string columns = "job_id, attempt, rank, eval_by_timestep", values = "?,?,?,?";
     MetricRecord m;
     ForEachMetricValue(m, [&](const char* name, auto&) {
       columns += std::string(", ") + name;
@@ -802,7 +836,7 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
   for (const MetricRecord& m : points) {
     Stmt s(db_, insert.c_str());
     ADCTL_RETURN_IF_ERROR(s.prepare_status());
-    s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank);
+    s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank).Bind(EvalByTimestepJson(m.eval_by_timestep));
     ForEachMetricValue(m, [&](const char*, const auto& v) { s.Bind(v); });
     ADCTL_RETURN_IF_ERROR(s.Run());
     if (m.rank == 0) {
@@ -813,6 +847,16 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
       p.Bind(m.step).Bind(m.total_steps).Bind(m.loss).Bind(m.clips_per_second);
       p.Bind(m.step_seconds).Bind(m.time).Bind(m.mfu_ratio).Bind(m.job_id);
       ADCTL_RETURN_IF_ERROR(p.Run());
+      Stmt lr(db_, "UPDATE jobs SET learning_rate=? WHERE id=?");
+      ADCTL_RETURN_IF_ERROR(lr.prepare_status());
+      lr.Bind(m.learning_rate).Bind(m.job_id);
+      ADCTL_RETURN_IF_ERROR(lr.Run());
+      if (m.eval_loss >= 0) {
+        Stmt e(db_, "UPDATE jobs SET eval_loss=?, eval_step=? WHERE id=?");
+        ADCTL_RETURN_IF_ERROR(e.prepare_status());
+        e.Bind(m.eval_loss).Bind(m.step).Bind(m.job_id);
+        ADCTL_RETURN_IF_ERROR(e.Run());
+      }
     }
   }
   return txn.Commit();
@@ -852,7 +896,7 @@ Result<int64_t> Store::ThinMetrics(int64_t max_per_rank) {
 Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, int64_t after_id,
                                                      std::optional<int> rank, int limit) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string sql = "SELECT id, attempt, rank";
+  std::string sql = "SELECT id, attempt, rank, eval_by_timestep";
   MetricRecord columns;
   ForEachMetricValue(columns, [&](const char* name, auto&) { sql += std::string(", ") + name; });
   sql += " FROM metrics WHERE job_id=? AND id>?";
@@ -872,7 +916,8 @@ Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, 
     m.job_id = job_id;
     m.attempt = static_cast<int>(s.Int(1));
     m.rank = static_cast<int>(s.Int(2));
-    int column = 3;
+    m.eval_by_timestep = EvalByTimestepFromJson(s.Text(3));
+    int column = 4;
     ForEachMetricValue(m, [&](const char*, auto& v) {
       if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
         v = s.Double(column++);

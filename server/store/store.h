@@ -34,6 +34,9 @@ struct JobProgress {
   int64_t last_checkpoint_step = 0;
   double updated_at = 0;
   double mfu_ratio = 0;  // rank 0's latest; 0 unknown
+  double learning_rate = 0;
+  double eval_loss = 0;  // the latest eval loss (at eval_step; 0: none yet)
+  int64_t eval_step = 0;
 };
 
 struct JobRecord {

@@ -55,6 +55,7 @@ Status CheckSpecPaths(const JobSpec& spec, const std::string& data_dir, const Pa
       {"data.path", spec.data.path},
       {"data.csv", spec.data.csv},
       {"data.video_dir", spec.data.video_dir},
+      {"eval.path", spec.eval.path},
   };
   for (const auto& [field, path] : inputs) {
     if (path.empty()) continue;

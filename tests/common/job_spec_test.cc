@@ -401,13 +401,36 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.resources.slurm_qos = "q";
   spec.resources.slurm_time_limit = "1:00:00";
   spec.resources.slurm_extra_args = {"--exclusive"};
-  spec.model.lora.rank = 8;  // and the model.lora fields when a LoRA is asked for
+  spec.model.lora.rank = 8;     // and the model.lora fields when a LoRA is asked for
+  spec.eval.holdout_clips = 4;  // and the eval fields when an eval loss is
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     // Nested two spaces a level: "name", "  lr", "    rank".
     const size_t depth = static_cast<size_t>(std::count(path.begin(), path.end(), '.'));
     const std::string key = path.substr(path.rfind('.') + 1);
     EXPECT_THAT(yaml, HasSubstr("\n" + std::string(2 * depth, ' ') + key + ": ")) << path;
+  }
+}
+
+TEST(JobSpecTest, EvalChecksNameTheField) {
+  const std::string base = "model: {preset: tiny}\ndata: {kind: synthetic, num_samples: 16}\n";
+  auto ok = ParseJobSpec(base + "eval: {holdout_clips: 4, timesteps: [0, 999]}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->eval.every_steps, 500);
+  EXPECT_NE(JobSpecToYaml(*ok).find("holdout_clips: 4"), std::string::npos);
+  // Without eval the canonical spec has no eval section.
+  EXPECT_EQ(JobSpecToYaml(*ParseJobSpec(base)).find("eval:"), std::string::npos);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"eval: {holdout_clips: 16}\n", "eval.holdout_clips: 16 leaves no clip"},
+      {"eval: {holdout_clips: 2, path: /c}\n", "eval: set holdout_clips"},
+      {"eval: {holdout_clips: 2, timesteps: [1000]}\n", "eval.timesteps[0]"},
+      {"eval: {holdout_clips: 2, timesteps: []}\n", "eval.timesteps: at least one"},
+      {"eval: {holdout_clips: -1}\n", "eval.holdout_clips"},
+  };
+  for (const auto& [text, message] : bad) {
+    auto s = ParseJobSpec(base + text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_THAT(s.status().message(), HasSubstr(message)) << text;
   }
 }
 

@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 12);
+  EXPECT_EQ(store_->schema_version(), 13);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -110,6 +110,11 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE metrics DROP COLUMN videos_skipped_too_short; "
                          "ALTER TABLE jobs DROP COLUMN submitted_by; "
                          "DROP TABLE checkpoint_pins; "
+                         "ALTER TABLE metrics DROP COLUMN eval_loss; "
+                         "ALTER TABLE metrics DROP COLUMN eval_by_timestep; "
+                         "ALTER TABLE jobs DROP COLUMN learning_rate; "
+                         "ALTER TABLE jobs DROP COLUMN eval_loss; "
+                         "ALTER TABLE jobs DROP COLUMN eval_step; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -118,7 +123,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 12);
+  EXPECT_EQ(store_->schema_version(), 13);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");

@@ -48,6 +48,7 @@ export interface Job {
   progress?: Progress;
   ranks: Rank[];
   trains?: string; // "motion modules", or "MotionLoRA rank 64, alpha 64 (…) on <base>"
+  spec_yaml?: string; // the canonical YAML of the effective spec (GET /jobs/{id} carries it)
 }
 
 export interface JobEvent {
@@ -70,6 +71,7 @@ export interface MetricPoint {
   clips_per_second: number;
   mfu_ratio: number;
   gpu_utilization: number; // 0..1; negative: not measured
+  eval_loss?: number; // held-out loss at eval steps (issue 30); absent from older adctlds
 }
 
 export interface Checkpoint {
@@ -174,12 +176,16 @@ export async function call<T>(method: "GET" | "POST", path: string, signal?: Abo
   return (await res.json()) as T;
 }
 
-// An artifact file (sample GIF/MP4) as an object URL: fetched with the token, since <img> and
-// <a> cannot send an Authorization header.
-export async function artifactUrl(jobId: string, path: string): Promise<string> {
+// An artifact file (sample GIF/MP4), fetched with the token, since <img> and <a> cannot send an
+// Authorization header; artifactUrl makes it an object URL.
+export async function artifactBlob(jobId: string, path: string): Promise<Blob> {
   const res = await request("GET", `/api/v1/jobs/${encodeURIComponent(jobId)}/artifacts/${path}`);
   if (!res.ok) throw new ApiError(res.status, `${path}: ${res.status}`);
-  return URL.createObjectURL(await res.blob());
+  return res.blob();
+}
+
+export async function artifactUrl(jobId: string, path: string): Promise<string> {
+  return URL.createObjectURL(await artifactBlob(jobId, path));
 }
 
 const jobPath = (id: string) => `/api/v1/jobs/${encodeURIComponent(id)}`;

@@ -5,6 +5,7 @@
 // each answer appends events and points. Logs are polled every 1.5 s while the job is live.
 import { api, ApiError, artifactUrl, Checkpoint, Job, JobEvent, num, Sample } from "./api";
 import { CHART_SPECS, RankChart } from "./charts";
+import { compareHash } from "./compare_view";
 import { bytes, el, fixed, gpusText, isLive, progressBar, stateBadge, stateName, time } from "./format";
 import { View } from "./jobs_view";
 
@@ -47,7 +48,13 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
   const samplesList = el("div", { id: "samples", class: "samples" });
 
   root.replaceChildren(
-    el("p", {}, el("a", { href: "#/" }, "← all jobs")),
+    el(
+      "p",
+      {},
+      el("a", { href: "#/" }, "← all jobs"),
+      " · ",
+      el("a", { href: compareHash([id]), id: "compare-link" }, "compare with other runs"),
+    ),
     header,
     el("div", { class: "commands" }, buttons.cancel, buttons.pause, buttons.resume),
     el("div", { class: "charts" }, ...charts.map((c) => c.element)),

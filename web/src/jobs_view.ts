@@ -1,17 +1,27 @@
 // The jobs list: state, progress, loss, throughput and GPUs of every job, refreshed every 2 s.
+// Ticking jobs' boxes and "Compare" opens them side by side (#/compare?jobs=…).
 import { api, Job, num } from "./api";
+import { compareHash } from "./compare_view";
 import { el, fixed, gpusText, progressBar, stateBadge } from "./format";
 
 export interface View {
   stop(): void;
 }
 
-function row(job: Job): HTMLElement {
+function row(job: Job, selected: Set<string>, onSelect: () => void): HTMLElement {
   const p = job.progress;
   const link = el("a", { href: `#/jobs/${encodeURIComponent(job.id)}` }, job.id);
+  const box = el("input", { type: "checkbox", class: "select", "aria-label": `select ${job.id} to compare` });
+  box.checked = selected.has(job.id);
+  box.addEventListener("change", () => {
+    if (box.checked) selected.add(job.id);
+    else selected.delete(job.id);
+    onSelect();
+  });
   return el(
     "tr",
     { "data-job": job.id },
+    el("td", {}, box),
     el("td", {}, link),
     el("td", {}, job.name),
     el("td", {}, stateBadge(job)),
@@ -34,20 +44,34 @@ export function showJobs(root: HTMLElement, setStatus: (text: string) => void): 
       el(
         "tr",
         {},
-        ...["Job", "Name", "State", "Progress", "Loss", "Clips/s", "GPUs", "Message"].map((h) => el("th", {}, h)),
+        ...["", "Job", "Name", "State", "Progress", "Loss", "Clips/s", "GPUs", "Message"].map((h) => el("th", {}, h)),
       ),
     ),
     body,
   );
-  root.replaceChildren(el("h2", {}, "Jobs"), table);
+  // Selection survives the refreshes; the order is the order of ticking.
+  const selected = new Set<string>();
+  const compare = el("button", { id: "compare-button", type: "button", disabled: "" }, "Compare");
+  const onSelect = () => {
+    compare.disabled = selected.size < 2;
+    compare.textContent = selected.size ? `Compare (${selected.size})` : "Compare";
+  };
+  compare.addEventListener("click", () => {
+    location.hash = compareHash([...selected]);
+  });
+  root.replaceChildren(
+    el("h2", {}, "Jobs"),
+    el("div", { class: "commands" }, compare, el("span", { class: "hint" }, "tick two or more jobs to compare them")),
+    table,
+  );
   let stopped = false;
   let timer = 0;
   const refresh = async () => {
     try {
       const { jobs } = await api.jobs();
       if (stopped) return;
-      body.replaceChildren(...jobs.map(row));
-      if (!jobs.length) body.append(el("tr", {}, el("td", { colspan: "8" }, "No jobs yet: adctl submit job.yaml")));
+      body.replaceChildren(...jobs.map((j) => row(j, selected, onSelect)));
+      if (!jobs.length) body.append(el("tr", {}, el("td", { colspan: "9" }, "No jobs yet: adctl submit job.yaml")));
       setStatus("");
     } catch (e) {
       setStatus(String(e instanceof Error ? e.message : e));

@@ -1,7 +1,9 @@
-// adctl's web page: #/ lists the jobs, #/jobs/<id> follows one (docs/web.md).
+// adctl's web page: #/ lists the jobs, #/jobs/<id> follows one, #/compare?jobs=a,b puts runs
+// side by side (docs/web.md).
 import "./style.css";
 
 import { askToken } from "./api";
+import { compareIds, showCompare } from "./compare_view";
 import { showJob } from "./job_view";
 import { showJobs, View } from "./jobs_view";
 
@@ -16,7 +18,10 @@ let current: View | null = null;
 function route(): void {
   current?.stop();
   const match = /^#\/jobs\/([^/]+)$/.exec(location.hash);
-  current = match ? showJob(app, decodeURIComponent(match[1]), setStatus) : showJobs(app, setStatus);
+  const compare = compareIds(location.hash);
+  if (match) current = showJob(app, decodeURIComponent(match[1]), setStatus);
+  else if (compare) current = showCompare(app, compare, setStatus);
+  else current = showJobs(app, setStatus);
 }
 
 document.getElementById("token-button")?.addEventListener("click", () => {

@@ -30,6 +30,7 @@
 #include "worker/train/attention_warmup.h"
 #include "worker/train/checkpointer.h"
 #include "worker/train/data_parallel.h"
+#include "worker/train/evaluator.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/startup_timer.h"
 #include "worker/train/step_graph.h"
@@ -83,6 +84,10 @@ class Trainer {
     if (auto f = BuildData()) return f;
     if (auto f = BuildNoiseSchedule()) return f;
     if (auto f = BuildValidation()) return f;
+    if (eval_clips_) {
+      evaluator_ = std::make_unique<Evaluator>(eval_clips_, spec_.eval, *schedule_,
+                                               prediction_type_, device_, compute_dtype_);
+    }
     startup_.Mark("data and validation set-up");
     BuildOptimizer();
     if (auto f = checkpoints_.Resume(*model_, lora_ ? &*lora_ : nullptr, *optimizer_, device_,
@@ -194,7 +199,37 @@ class Trainer {
     auto dataset =
         OpenLatentDataset(spec_.data, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
     if (!dataset.ok()) return Failure{kExitDataError, dataset.status().ToString()};
-    dataset_ = std::move(*dataset);
+    std::shared_ptr<const LatentDataset> all = std::move(*dataset);
+    dataset_ = all;
+    const EvalSpec& eval = spec_.eval;
+    if (eval.holdout_clips > 0) {
+      // Held out by eval.seed, never drawn for training: the sampler runs over the rest.
+      if (eval.holdout_clips >= all->size()) {
+        return Failure{kExitBadSpec, "eval.holdout_clips: " + std::to_string(eval.holdout_clips) +
+                                         " leaves none of the dataset's " +
+                                         std::to_string(all->size()) + " clips to train on"};
+      }
+      const HoldoutSplit split =
+          SplitHoldout(all->size(), eval.holdout_clips, static_cast<uint64_t>(eval.seed));
+      dataset_ = std::make_shared<SubsetDataset>(all, split.train);
+      eval_clips_ = std::make_shared<SubsetDataset>(all, split.eval);
+    } else if (!eval.path.empty()) {
+      DataSpec clips = spec_.data;
+      clips.kind = DataKind::kLatents;
+      clips.path = eval.path;
+      auto opened = OpenLatentDataset(clips, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
+      if (!opened.ok()) {
+        return Failure{kExitDataError, "eval.path: " + opened.status().ToString()};
+      }
+      eval_clips_ = std::move(*opened);
+      const auto& a = all->shape();
+      const auto& b = eval_clips_->shape();
+      if (a.channels != b.channels || a.frames != b.frames || a.height != b.height ||
+          a.width != b.width || a.text_dim != b.text_dim) {
+        return Failure{kExitBadSpec, "eval.path: its clips are " + b.ToString() +
+                                         ", the training data's " + a.ToString()};
+      }
+    }
     const auto& shape = dataset_->shape();
     metrics_->SetWorkload(unet_cfg, model_->motion_config(), shape);
     if (device_.is_cuda()) {  // compiles cuDNN's attention kernels while the set-up goes on
@@ -330,7 +365,14 @@ class Trainer {
         return Fail({kExitCrash, "loss is " + std::to_string(r.loss) + " at step " +
                                      std::to_string(state_.step)});
       }
-      if (metrics_->Due(state_.step)) metrics_->Report(r);
+      // Every rank evaluates at the same steps (same spec); the report carries the result.
+      if (EvalDue(state_.step)) {
+        const EvalLoss e = evaluator_->Run(*model_, parallel_.comm.get(), o_.rank, o_.world_size);
+        r.eval_loss = e.loss;
+        r.eval_by_timestep = e.by_timestep;
+        last_step_end = SteadyClock::now();  // the next step's time does not include the eval
+      }
+      if (metrics_->Due(state_.step) || r.eval_loss >= 0) metrics_->Report(r);
       // Every rank gets the same answer (same spec, same step).
       const bool validation = ValidationDue(spec_.validation, state_.step);
       if (validation) {
@@ -470,6 +512,13 @@ class Trainer {
     return loss.detach();
   }
 
+  // eval: every eval.every_steps steps and at the last step.
+  bool EvalDue(int64_t step) const {
+    if (!evaluator_) return false;
+    const int64_t every = spec_.eval.every_steps;
+    return step == spec_.train.max_steps || (every > 0 && step % every == 0);
+  }
+
   // Rank 0 renders the validation prompts with the current motion modules; the other ranks
   // wait at a barrier meanwhile (its timeout is the communicator's operation timeout).
   std::optional<Failure> RenderValidation() {
@@ -489,7 +538,9 @@ class Trainer {
   torch::ScalarType compute_dtype_ = torch::kFloat;
   PredictionType prediction_type_ = PredictionType::kEpsilon;  // the schedule's
   UNet3D model_{nullptr};
-  std::unique_ptr<LatentDataset> dataset_;
+  std::shared_ptr<const LatentDataset> dataset_;     // what training draws from
+  std::shared_ptr<const LatentDataset> eval_clips_;  // eval: held out, or eval.path's
+  std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<NoiseSchedule> schedule_;
   std::optional<LoraAdapters> lora_;                  // model.lora: the adapters that train

@@ -1,0 +1,88 @@
+#include "worker/train/evaluator.h"
+
+#include <algorithm>
+
+#include "worker/data/sampler.h"
+
+namespace adctl {
+
+HoldoutSplit SplitHoldout(int64_t dataset_size, int64_t count, uint64_t seed) {
+  HoldoutSplit split;
+  if (count <= 0 || dataset_size <= 0) {
+    for (int64_t i = 0; i < dataset_size; ++i) split.train.push_back(i);
+    return split;
+  }
+  // The first `count` of the sampler's seeded permutation: the same clips on every machine.
+  DistributedSampler draw(dataset_size, /*rank=*/0, /*world_size=*/1, seed);
+  split.eval = draw.Next(std::min(count, dataset_size));
+  std::sort(split.eval.begin(), split.eval.end());
+  for (int64_t i = 0, e = 0; i < dataset_size; ++i) {
+    if (e < static_cast<int64_t>(split.eval.size()) && split.eval[e] == i) {
+      ++e;
+    } else {
+      split.train.push_back(i);
+    }
+  }
+  return split;
+}
+
+Evaluator::Evaluator(std::shared_ptr<const LatentDataset> clips, const EvalSpec& spec,
+                     const NoiseSchedule& schedule, PredictionType prediction, torch::Device device,
+                     torch::ScalarType compute_dtype)
+    : clips_(std::move(clips)),
+      timesteps_(spec.timesteps),
+      seed_(static_cast<uint64_t>(spec.seed)),
+      schedule_(schedule),
+      prediction_(prediction),
+      device_(device),
+      compute_dtype_(compute_dtype) {}
+
+EvalLoss Evaluator::Run(UNet3DImpl& model, Communicator* comm, int rank, int world_size) const {
+  const int64_t n = clips_->size();
+  const int64_t t_count = static_cast<int64_t>(timesteps_.size());
+  const auto& shape = clips_->shape();
+  // Slot (i, j): clip i at timesteps_[j]; one rank fills each, the others leave 0.
+  auto losses = torch::zeros({n, t_count}, torch::kDouble);
+  const bool was_training = model.is_training();
+  model.eval();
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t i = rank; i < n; i += world_size) {
+      std::vector<torch::Tensor> x0, noise, text;
+      for (int64_t j = 0; j < t_count; ++j) {
+        auto gen = at::detail::createCPUGenerator(seed_ * 0x9E3779B97F4A7C15ULL +
+                                                  static_cast<uint64_t>(i) * 0xBF58476D1CE4E5B9ULL +
+                                                  static_cast<uint64_t>(timesteps_[j]));
+        noise.push_back(
+            torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
+        auto sample = clips_->Draw(i, gen, /*caption_dropout=*/0);
+        x0.push_back(sample.latents);
+        text.push_back(sample.text);
+      }
+      auto latents = torch::stack(x0).to(device_);
+      auto eps = torch::stack(noise).to(device_);
+      auto t = torch::tensor(timesteps_, torch::kLong).to(device_);
+      auto noisy = schedule_.AddNoise(latents, eps, t).to(compute_dtype_);
+      auto target =
+          prediction_ == PredictionType::kVPrediction ? schedule_.Velocity(latents, eps, t) : eps;
+      auto pred = model.forward(noisy, t, torch::stack(text).to(device_).to(compute_dtype_));
+      auto per_pair = (pred.to(torch::kFloat) - target).pow(2).flatten(1).mean(1);
+      losses[i] = per_pair.to(torch::kCPU, torch::kDouble);
+    }
+  }
+  if (was_training) model.train();
+  if (comm != nullptr && world_size > 1) {
+    auto on_device = losses.to(comm->device());
+    comm->AllReduceSumAsync(on_device)->Wait();
+    losses = on_device.to(torch::kCPU);
+  }
+  EvalLoss out;
+  const auto per_timestep = losses.mean(0);
+  for (int64_t j = 0; j < t_count; ++j) {
+    out.by_timestep.emplace_back(timesteps_[j], per_timestep[j].item<double>());
+  }
+  out.loss = losses.mean().item<double>();
+  return out;
+}
+
+}  // namespace adctl
