@@ -3,12 +3,14 @@
 // --metrics-out.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -59,5 +61,46 @@ inline std::map<int64_t, double> Losses(const std::string& jsonl) {
   }
   return out;
 }
+
+#ifdef ADWORKER
+// A test that runs adworker jobs in a temporary folder of its own (removed afterwards): job
+// folders, metrics files and logs side by side, named after the job and rank.
+class WorkerRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() /
+            ("adctl-run-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  // Rank `rank` of `world` of job folder `job`, started; its exit code with Train.
+  pid_t Start(const std::string& spec, const std::string& job, int rank, int world,
+              const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> a = {ADWORKER,        "train",
+                                  "--spec",        spec,
+                                  "--job-dir",     (root_ / job).string(),
+                                  "--rank",        std::to_string(rank),
+                                  "--world-size",  std::to_string(world),
+                                  "--metrics-out", Metrics(job, rank)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return Spawn(a, Log(job, rank));
+  }
+  int Train(const std::string& spec, const std::string& job, int rank = 0, int world = 1,
+            const std::vector<std::string>& extra = {}) {
+    return WaitFor(Start(spec, job, rank, world, extra), std::chrono::seconds(240));
+  }
+  std::string Metrics(const std::string& job, int rank = 0) const {
+    return (root_ / (job + "-" + std::to_string(rank) + ".jsonl")).string();
+  }
+  std::string Log(const std::string& job, int rank = 0) const {
+    return (root_ / (job + "-" + std::to_string(rank) + ".log")).string();
+  }
+
+  std::filesystem::path root_;
+};
+#endif  // ADWORKER
 
 }  // namespace adctl

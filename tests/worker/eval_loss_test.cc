@@ -58,17 +58,8 @@ TEST(HoldoutTest, HeldOutClipsAreNeverDrawnForTraining) {
   }
 }
 
-class EvalLossTest : public ::testing::Test {
+class EvalLossTest : public WorkerRunTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("adctl-eval-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   std::string Spec(const std::string& name, double lr) {
     const fs::path path = root_ / (name + ".yaml");
     std::ofstream(path) << "name: " << name
@@ -84,29 +75,6 @@ class EvalLossTest : public ::testing::Test {
                            "resources: {rendezvous_timeout_seconds: 20}\n";
     return path.string();
   }
-  pid_t Start(const std::string& spec, const std::string& job, int rank, int world,
-              const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> a = {ADWORKER,        "train",
-                                  "--spec",        spec,
-                                  "--job-dir",     (root_ / job).string(),
-                                  "--rank",        std::to_string(rank),
-                                  "--world-size",  std::to_string(world),
-                                  "--metrics-out", Metrics(job, rank)};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return Spawn(a, Log(job, rank));
-  }
-  int Train(const std::string& spec, const std::string& job,
-            const std::vector<std::string>& extra = {}) {
-    return WaitFor(Start(spec, job, 0, 1, extra), std::chrono::seconds(240));
-  }
-  std::string Metrics(const std::string& job, int rank = 0) {
-    return (root_ / (job + "-" + std::to_string(rank) + ".jsonl")).string();
-  }
-  std::string Log(const std::string& job, int rank = 0) {
-    return (root_ / (job + "-" + std::to_string(rank) + ".log")).string();
-  }
-
-  fs::path root_;
 };
 
 // The weights do not move (lr 1e-30): 1 rank and 2 ranks evaluate the same weights, and must agree
@@ -143,7 +111,7 @@ TEST_F(EvalLossTest, TheSameWeightsGiveTheSameEvalLossOnOneAndTwoRanks) {
 TEST_F(EvalLossTest, AResumedRunGivesTheSameEvalLoss) {
   const std::string spec = Spec("resume", 1e-2);
   ASSERT_EQ(Train(spec, "straight"), kExitOk) << ReadText(Log("straight"));
-  ASSERT_EQ(Train(spec, "split", {"--set", "train.max_steps=2"}), kExitOk);
+  ASSERT_EQ(Train(spec, "split", 0, 1, {"--set", "train.max_steps=2"}), kExitOk);
   ASSERT_EQ(Train(spec, "split"), kExitOk) << ReadText(Log("split"));
   const auto straight = EvalPoints(Metrics("straight"));
   const auto resumed = EvalPoints(Metrics("split"));

@@ -29,17 +29,8 @@ std::string ReadText(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-class LoraTrainingTest : public ::testing::Test {
+class LoraTrainingTest : public WorkerRunTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("adctl-lora-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   // A LoRA job on the tiny UNet2D + MotionAdapter fixture; `model_extra`/`extra` add spec text.
   std::string Spec(const std::string& name, const std::string& model_extra = "",
                    const std::string& extra = "") {
@@ -57,37 +48,12 @@ class LoraTrainingTest : public ::testing::Test {
     return path.string();
   }
 
-  // Runs rank `rank` of `world` of job folder `job`; returns its exit code.
-  int Train(const std::string& spec, const std::string& job, int rank = 0, int world = 1,
-            const std::vector<std::string>& extra = {}) {
-    const pid_t pid = Start(spec, job, rank, world, extra);
-    return WaitFor(pid, std::chrono::seconds(240));
-  }
-  pid_t Start(const std::string& spec, const std::string& job, int rank, int world,
-              const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> a = {ADWORKER,        "train",
-                                  "--spec",        spec,
-                                  "--job-dir",     (root_ / job).string(),
-                                  "--rank",        std::to_string(rank),
-                                  "--world-size",  std::to_string(world),
-                                  "--metrics-out", Metrics(job, rank)};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return Spawn(a, Log(job, rank));
-  }
-  std::string Metrics(const std::string& job, int rank = 0) {
-    return (root_ / (job + "-" + std::to_string(rank) + ".jsonl")).string();
-  }
-  std::string Log(const std::string& job, int rank = 0) {
-    return (root_ / (job + "-" + std::to_string(rank) + ".log")).string();
-  }
   fs::path Checkpoint(const std::string& job, int step) {
     return root_ / job / "checkpoints" / CheckpointDirName(step);
   }
   fs::path LoraFile(const std::string& job, int step) {
     return Checkpoint(job, step) / kLoraCheckpointDir / kLoraFileName;
   }
-
-  fs::path root_;
 };
 
 // The frozen fixture model the LoRA jobs adapt (motion modules from `motion`: the fixture's
