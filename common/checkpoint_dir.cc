@@ -487,6 +487,37 @@ Result<RetentionResult> ApplyRetention(const std::string& root, int64_t keep_las
   return ApplyRetention(root, policy);
 }
 
+namespace {
+
+// The steps of the policy.keep_best checkpoints with the lowest policy.best_metric, read from
+// their manifests (unverified: retention only ranks). Unreadable manifests do not compete.
+std::set<int64_t> BestSteps(const std::vector<CheckpointInfo>& list,
+                            const RetentionPolicy& policy) {
+  if (policy.keep_best <= 0 || policy.best_metric.empty()) return {};
+  std::vector<std::pair<double, int64_t>> scored;
+  for (const CheckpointInfo& c : list) {
+    try {
+      const nlohmann::json j =
+          nlohmann::json::parse(ReadFileText(c.path + "/" + kCheckpointManifestName));
+      const auto& m = j.at("metadata");
+      const auto it = m.find(policy.best_metric);
+      if (it == m.end() || !it->is_number()) continue;
+      const double v = it->get<double>();
+      if (std::isfinite(v)) scored.emplace_back(v, c.step);
+    } catch (const std::exception&) {
+      continue;  // vanished or malformed: not a candidate
+    }
+  }
+  std::sort(scored.begin(), scored.end());
+  std::set<int64_t> steps;
+  for (size_t i = 0; i < scored.size() && static_cast<int64_t>(i) < policy.keep_best; ++i) {
+    steps.insert(scored[i].second);
+  }
+  return steps;
+}
+
+}  // namespace
+
 Result<RetentionResult> ApplyRetention(const std::string& root, const RetentionPolicy& policy) {
   if (policy.keep_last < 1) {
     return InvalidArgument("checkpoint.keep_last: must be >= 1, got " +
@@ -500,10 +531,11 @@ Result<RetentionResult> ApplyRetention(const std::string& root, const RetentionP
       policy.protect_path.empty() ? fs::path() : fs::weakly_canonical(policy.protect_path, ec);
   Status first_error;
   const int64_t excess = static_cast<int64_t>(list->size()) - policy.keep_last;
+  const std::set<int64_t> best = BestSteps(*list, policy);
   for (int64_t i = 0; i < excess; ++i) {
     const CheckpointInfo& c = (*list)[i];
     if (!protect.empty() && fs::weakly_canonical(c.path, ec) == protect) continue;
-    if (policy.Spares(c.step)) continue;
+    if (policy.Spares(c.step) || best.count(c.step)) continue;
     Status st = RemoveCounted(c.path, &result);
     if (!st.ok() && first_error.ok()) first_error = st;
   }

@@ -130,6 +130,10 @@ struct RetentionPolicy {
   std::string protect_path;  // "" for none; e.g. the checkpoint the attempt resumed from
   std::set<int64_t> pinned;  // steps pinned by the user (ReadCheckpointPins)
   std::function<bool(int64_t step)> keep_step;  // e.g. validation steps; empty: none
+  // The keep_best checkpoints with the lowest number under `best_metric` in their manifest's
+  // metadata (e.g. "eval_loss"); checkpoints without it do not compete. Ties: the older step.
+  int64_t keep_best = 0;
+  std::string best_metric;
   // Whether `step` is spared by keep_every, pinned or keep_step (not by keep_last).
   bool Spares(int64_t step) const;
   // The newest `n` and nothing else.

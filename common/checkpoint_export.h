@@ -33,6 +33,11 @@ namespace adctl {
 inline constexpr char kLoraCheckpointDir[] = "lora";
 inline constexpr char kLoraFileName[] = "pytorch_lora_weights.safetensors";
 inline constexpr char kLoraBaseConfigName[] = "motion_adapter_config.json";
+// train.ema's average (worker/train/ema.h): a checkpoint's ema/ folder holds it in the
+// checkpoint's own layout (ema/motion_adapter/ or ema/lora/), so it exports the same way; the
+// manifest's metadata counts its updates.
+inline constexpr char kEmaCheckpointDir[] = "ema";
+inline constexpr char kEmaUpdatesKey[] = "ema_updates";
 
 // The safetensors metadata of adctl's LoRA files (besides diffusers' `lora_adapter_metadata`).
 inline constexpr char kLoraMetaRank[] = "adctl_lora_rank";

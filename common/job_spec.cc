@@ -71,7 +71,7 @@ namespace {
 constexpr const char* kSections[] = {"model",      "data", "preprocess", "train",    "checkpoint",
                                      "validation", "eval", "export",     "resources"};
 // Mappings one level further down: `model: {lora: {rank: 64}}` is model.lora.rank.
-constexpr const char* kSubsections[] = {"model.lora"};
+constexpr const char* kSubsections[] = {"model.lora", "train.ema", "checkpoint.keep_best"};
 
 bool IsSubsection(const std::string& path) {
   for (const char* s : kSubsections) {
@@ -150,12 +150,18 @@ void ForEachField(Spec& s, F&& f) {
   f("train.log_every", s.train.log_every);
   f("train.bucket_cap_mb", s.train.bucket_cap_mb);
   f("train.bucket_dtype", s.train.bucket_dtype);
+  f("train.ema.decay", s.train.ema.decay);
+  f("train.ema.start_step", s.train.ema.start_step);
+  f("train.ema.update_every", s.train.ema.update_every);
+  f("train.ema.device", s.train.ema.device);
   f("checkpoint.enabled", s.checkpoint.enabled);
   f("checkpoint.dir", s.checkpoint.dir);
   f("checkpoint.every_steps", s.checkpoint.every_steps);
   f("checkpoint.keep_last", s.checkpoint.keep_last);
   f("checkpoint.keep_every", s.checkpoint.keep_every);
   f("checkpoint.keep_at_validation", s.checkpoint.keep_at_validation);
+  f("checkpoint.keep_best.metric", s.checkpoint.keep_best.metric);
+  f("checkpoint.keep_best.k", s.checkpoint.keep_best.k);
   f("validation.prompts", s.validation.prompts);
   f("validation.negative_prompt", s.validation.negative_prompt);
   f("validation.steps", s.validation.steps);
@@ -172,12 +178,15 @@ void ForEachField(Spec& s, F&& f) {
   f("validation.steps_offset", s.validation.steps_offset);
   f("validation.fps", s.validation.fps);
   f("validation.decode_chunk", s.validation.decode_chunk);
+  f("validation.weights", s.validation.weights);
   f("eval.holdout_clips", s.eval.holdout_clips);
   f("eval.path", s.eval.path);
   f("eval.timesteps", s.eval.timesteps);
   f("eval.every_steps", s.eval.every_steps);
   f("eval.seed", s.eval.seed);
+  f("eval.weights", s.eval.weights);
   f("export.formats", s.exports.formats);
+  f("export.weights", s.exports.weights);
   f("resources.gpus", s.resources.gpus);
   f("resources.priority", s.resources.priority);
   f("resources.max_restarts", s.resources.max_restarts);
@@ -199,7 +208,12 @@ void ForEachField(Spec& s, F&& f) {
 // model.lora and eval fields only when a LoRA or an eval loss is asked for.
 bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("model.lora.", 0) == 0) return !spec.model.lora.enabled();
+  if (path == "eval.weights") return spec.eval.weights == "raw";
   if (path.rfind("eval.", 0) == 0) return !spec.eval.enabled();
+  if (path.rfind("train.ema.", 0) == 0) return !spec.train.ema.enabled();
+  if (path.rfind("checkpoint.keep_best.", 0) == 0) return spec.checkpoint.keep_best.k == 0;
+  if (path == "validation.weights") return spec.validation.weights == "raw";
+  if (path == "export.weights") return spec.exports.weights == "raw";
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
       "resources.slurm_account",    "resources.slurm_partition", "resources.slurm_qos",
@@ -947,11 +961,45 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.num_train_timesteps", t.num_train_timesteps, 2));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.log_every", t.log_every, 1));
   ADCTL_RETURN_IF_ERROR(Positive("train.bucket_cap_mb", t.bucket_cap_mb));
+  const EmaSpec& ema = t.ema;
+  ADCTL_RETURN_IF_ERROR(Finite("train.ema.decay", ema.decay));
+  if (ema.decay < 0 || ema.decay >= 1) {
+    return InvalidArgument(
+        "train.ema.decay: must be in [0, 1) (0: no EMA; diffusers: 0.9999), got " +
+        Show(ema.decay));
+  }
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.start_step", ema.start_step, 0));
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.update_every", ema.update_every, 1));
+  ADCTL_RETURN_IF_ERROR(OneOf("train.ema.device", ema.device, {"gpu", "cpu"}));
+  if (ema.enabled() && preprocess) {
+    return InvalidArgument("train.ema: a preprocess job trains no weights to average");
+  }
+  // validation, eval and export may use the average instead of the weights.
+  for (auto [path, weights] : {std::pair{"validation.weights", &s.validation.weights},
+                               std::pair{"eval.weights", &s.eval.weights},
+                               std::pair{"export.weights", &s.exports.weights}}) {
+    ADCTL_RETURN_IF_ERROR(OneOf(path, *weights, {"raw", "ema"}));
+    if (*weights == "ema" && !ema.enabled()) {
+      return InvalidArgument(std::string(path) +
+                             ": ema needs train.ema (set train.ema.decay, e.g. 0.9999)");
+    }
+  }
 
   // checkpoint
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_last", s.checkpoint.keep_last, 1));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_every", s.checkpoint.keep_every, 0));
+  const KeepBestSpec& best = s.checkpoint.keep_best;
+  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_best.k", best.k, 0));
+  ADCTL_RETURN_IF_ERROR(OneOf("checkpoint.keep_best.metric", best.metric, {"eval_loss"}));
+  if (best.k > 0 && !s.eval.enabled()) {
+    return InvalidArgument(
+        "checkpoint.keep_best: ranks checkpoints by eval_loss, which needs eval (set "
+        "eval.holdout_clips or eval.path)");
+  }
+  if (best.k > 0 && !s.checkpoint.enabled) {
+    return InvalidArgument("checkpoint.keep_best: checkpoint.enabled is false (nothing to keep)");
+  }
 
   // validation
   const ValidationSpec& v = s.validation;

@@ -162,6 +162,19 @@ struct PreprocessSpec {
   int64_t max_clips = 0;                 // 0: every CSV row; else the first N rows
 };
 
+// An exponential moving average of the trained weights (worker/train/ema.h) by diffusers
+// EMAModel's rule: the k-th update (at training step k * update_every) moves the average
+// toward the weights by 1 - d_k, with d_k = min(decay, (1 + n) / (10 + n)),
+// n = k - start_step / update_every - 1, and d_k = 0 (a copy) while n <= 0. Full modules and
+// LoRA adapters alike. Active when decay > 0.
+struct EmaSpec {
+  double decay = 0;            // the cap, in [0, 1) (diffusers' default 0.9999); 0: no EMA
+  int64_t start_step = 0;      // diffusers' update_after_step, in training steps
+  int64_t update_every = 1;    // training steps between updates
+  std::string device = "gpu";  // gpu: beside the weights; cpu: host memory (copies each update)
+  bool enabled() const { return decay > 0; }
+};
+
 struct TrainSpec {
   int64_t max_steps = 20;  // optimizer steps
   int64_t batch_size = 1;  // clips per rank per micro-step
@@ -205,6 +218,15 @@ struct TrainSpec {
   // Data-parallel gradient buckets (worker/dist).
   double bucket_cap_mb = 25;
   BucketDtype bucket_dtype = BucketDtype::kFp32;
+  EmaSpec ema;
+};
+
+// checkpoint.keep_best: the k committed checkpoints with the lowest `metric` (recorded in each
+// checkpoint's manifest at the step it was measured) survive retention. A checkpoint is written
+// at every eval step while k > 0.
+struct KeepBestSpec {
+  std::string metric = "eval_loss";
+  int64_t k = 0;  // 0: off
 };
 
 struct CheckpointSpec {
@@ -217,6 +239,7 @@ struct CheckpointSpec {
   // Pinned steps (`adctl ckpt pin`) are spared too.
   int64_t keep_every = 0;
   bool keep_at_validation = false;
+  KeepBestSpec keep_best;
 };
 
 // Sample videos rendered during training (rank 0, with the current motion modules), as
@@ -237,8 +260,9 @@ struct ValidationSpec {
   bool set_alpha_to_one = true;  // AnimateDiff's validation scheduler
   std::string timestep_spacing = "leading";
   int64_t steps_offset = 1;
-  int64_t fps = 8;            // MP4 and GIF frame rate (AnimateDiff's GIFs: 8)
-  int64_t decode_chunk = 16;  // frames per VAE decode call
+  int64_t fps = 8;              // MP4 and GIF frame rate (AnimateDiff's GIFs: 8)
+  int64_t decode_chunk = 16;    // frames per VAE decode call
+  std::string weights = "raw";  // raw | ema (train.ema's average)
 };
 
 // Motion modules written at the end of a job for the inference tools (adctl export does the
@@ -246,6 +270,7 @@ struct ValidationSpec {
 // file with the original key names, as ComfyUI and A1111 load).
 struct ExportSpec {
   std::vector<std::string> formats;
+  std::string weights = "raw";  // raw | ema (train.ema's average)
 };
 
 struct ResourceSpec {
@@ -280,8 +305,9 @@ struct EvalSpec {
   int64_t holdout_clips = 0;  // clips of `data` held out (never trained on), drawn by `seed`
   std::string path;           // or a latent cache of eval clips of its own
   std::vector<int64_t> timesteps = {100, 300, 500, 700, 900};
-  int64_t every_steps = 500;  // and at the last step
-  int64_t seed = 0;           // the held-out draw and every (clip, timestep) noise
+  int64_t every_steps = 500;    // and at the last step
+  int64_t seed = 0;             // the held-out draw and every (clip, timestep) noise
+  std::string weights = "raw";  // raw | ema (train.ema's average)
   bool enabled() const { return holdout_clips > 0 || !path.empty(); }
 };
 

@@ -16,6 +16,7 @@ const std::vector<ExitCodeInfo>& WorkerExitCodes() {
       {kExitBadSpec, ExitClass::kFatal, "bad spec or command line"},
       {kExitDataError, ExitClass::kFatal, "data missing or corrupt"},
       {kExitModelError, ExitClass::kFatal, "model weights missing or corrupt"},
+      {kExitStorageError, ExitClass::kFatal, "cannot write its output (permission or disk space)"},
       {kExitStopped, ExitClass::kStopped, "stopped after checkpoint"},
       {kExitTransient, ExitClass::kRetryable, "rendezvous or communication failure"},
       {kExitNotExecuted, ExitClass::kRetryable, "worker binary could not be executed"},

@@ -37,6 +37,19 @@ inline void ForeachMulByTensor(std::vector<torch::Tensor>& tensors, const torch:
 #endif
 }
 
+// avgs[i] += weight * (tensors[i] - avgs[i]): one multi-tensor kernel (at::_foreach_lerp_, 2.x);
+// 1.13 has no _foreach_lerp_ and runs diffusers EMAModel's own formula,
+// avgs[i] -= weight * (avgs[i] - tensors[i]), in two.
+inline void ForeachLerp(std::vector<torch::Tensor>& avgs, const std::vector<torch::Tensor>& tensors,
+                        double weight) {
+  if (avgs.empty()) return;
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_lerp_(avgs, tensors, weight);
+#else
+  at::_foreach_sub_(avgs, at::_foreach_sub(avgs, tensors), weight);
+#endif
+}
+
 // Restricts at::scaled_dot_product_attention to one kernel family (train.attention); kAuto
 // leaves LibTorch's choice. Returns an empty string when applied, else why not (LibTorch 1.13
 // has no SDPA: only kAuto and kMath, the plain formula, work).

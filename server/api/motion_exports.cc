@@ -53,9 +53,15 @@ std::string ExportedNormFile(ExportFormat format, const std::string& out) {
 }  // namespace
 
 Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t step,
-                                           const std::string& format_name, const Requester& by) {
+                                           const std::string& format_name, const Requester& by,
+                                           const std::string& weights_name) {
   auto format = ParseExportFormat(format_name);
   if (!format.ok()) return InvalidArgument("format: " + format.status().message());
+  const std::string weights = weights_name.empty() ? "raw" : weights_name;
+  if (weights != "raw" && weights != "ema") {
+    return InvalidArgument("weights: must be 'raw' or 'ema', got '" + weights + "'");
+  }
+  const bool ema = weights == "ema";
   if (step < 0) return InvalidArgument("step: must be >= 0, got " + std::to_string(step));
   auto job = queries_->GetJob(job_id, /*with_ranks=*/false);
   if (!job.ok()) return job.status();
@@ -75,9 +81,47 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
                               ": no committed checkpoint to export (checkpoint.every_steps, or "
                               "the final checkpoint of a finished job)");
   }
+  const JobLayout layout(job->job.job_dir);
+  // Where an export of `at` goes: export/step-N/, or export/step-N-ema/ for the average.
+  const auto out_of = [&](int64_t at) {
+    return layout.exports_step(at) + (ema ? "-ema" : "") + "/" + ExportFileName(*format);
+  };
+  std::error_code ec;
+  if (chosen == nullptr && step > 0 && fs::exists(out_of(step), ec)) {
+    // Retention removed the checkpoint, and an export of it was written before: serve that.
+    MotionExport reused;
+    reused.step = step;
+    reused.format = *format;
+    reused.relative = fs::path(out_of(step)).lexically_relative(layout.dir()).generic_string();
+    auto norm = RecordedMotionNorm(ExportedNormFile(*format, out_of(step)));
+    if (!norm.ok()) return norm.status();
+    reused.motion_norm = *norm;
+    auto files = FilesOf(layout.dir(), out_of(step));
+    if (!files.ok()) return files.status();
+    reused.files = std::move(files.value());
+    return reused;
+  }
   if (chosen == nullptr) {
+    std::string exported;  // what exports of that step exist, in any format
+    for (const std::string& dir : {layout.exports_step(step), layout.exports_step(step) + "-ema"}) {
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        exported += (exported.empty() ? "" : ", ") +
+                    it->path().lexically_relative(layout.dir()).generic_string();
+      }
+      ec.clear();
+    }
     return NotFound("job " + job_id + ": no committed checkpoint at step " + std::to_string(step) +
-                    "; committed steps: " + committed);
+                    " (retention removed it, or it was never written: pin steps to keep with "
+                    "`adctl ckpt pin`); committed steps: " +
+                    committed +
+                    (exported.empty() ? std::string()
+                                      : "; exports of step " + std::to_string(step) +
+                                            " that exist: " + exported));
+  }
+  if (ema && !fs::is_directory(chosen->path + "/" + kEmaCheckpointDir)) {
+    return FailedPrecondition("weights: checkpoint step " + std::to_string(chosen->step) +
+                              " of job " + job_id +
+                              " holds no EMA average (train.ema was off when it was written)");
   }
   // The format must fit what the checkpoint holds: whole motion modules or a LoRA.
   const bool lora = fs::is_directory(chosen->path + "/" + kLoraCheckpointDir);
@@ -90,13 +134,11 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  const JobLayout layout(job->job.job_dir);
-  const std::string out = layout.exports_step(chosen->step) + "/" + ExportFileName(*format);
+  const std::string out = out_of(chosen->step);
   MotionExport result;
   result.step = chosen->step;
   result.format = *format;
   result.relative = fs::path(out).lexically_relative(layout.dir()).generic_string();
-  std::error_code ec;
   if (fs::exists(out, ec)) {
     auto norm = RecordedMotionNorm(ExportedNormFile(*format, out));
     if (!norm.ok()) return norm.status();
@@ -109,9 +151,11 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
       return DataLoss("checkpoint step " + std::to_string(chosen->step) +
                       " fails verification: " + verified.status().message());
     }
-    auto info = ExportCheckpoint(
-        chosen->path, *format, out,
-        {{"adctl_step", std::to_string(chosen->step)}, {"adctl_job", job->job.name}});
+    auto info =
+        ExportCheckpoint(ema ? chosen->path + "/" + kEmaCheckpointDir : chosen->path, *format, out,
+                         {{"adctl_step", std::to_string(chosen->step)},
+                          {"adctl_job", job->job.name},
+                          {"adctl_weights", weights}});
     if (!info.ok()) return info.status();
     result.motion_norm = info->motion_norm;
     result.created = true;
@@ -122,8 +166,9 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
   Status noted = recorder_->AddEvent(
       job_id, job->job.attempt, "exported", "info",
       "exported by " + (by.name.empty() ? std::string("user") : by.name) + ": step " +
-          std::to_string(result.step) + " as " + ExportFormatName(*format) +
-          (result.created ? " (written to " : " (already in ") + result.relative + ")");
+          std::to_string(result.step) + (ema ? " (EMA weights)" : "") + " as " +
+          ExportFormatName(*format) + (result.created ? " (written to " : " (already in ") +
+          result.relative + ")");
   if (!noted.ok()) spdlog::warn("job {}: the export's event: {}", job_id, noted.message());
   return result;
 }

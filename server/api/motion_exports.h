@@ -36,9 +36,12 @@ class MotionExports {
   // `step` 0: the newest committed checkpoint. Errors: InvalidArgument (format), NotFound
   // (no such checkpoint, naming the committed steps), FailedPrecondition (none committed, or a
   // checkpoint without motion modules), DataLoss (the checkpoint fails verification),
-  // PermissionDenied (`by` may act only on its own jobs: CheckMayActOn).
+  // PermissionDenied (`by` may act only on its own jobs: CheckMayActOn). `weights`: "raw" (or
+  // "") the trained weights, "ema" train.ema's average (the checkpoint's ema/ folder), exported
+  // to export/step-N-ema/. An export written earlier is served even when retention has removed
+  // its checkpoint since; a removed step's NotFound names the exports of that step that exist.
   Result<MotionExport> Export(const std::string& job_id, int64_t step, const std::string& format,
-                              const Requester& by = {});
+                              const Requester& by = {}, const std::string& weights = "raw");
 
  private:
   const JobQueries* const queries_;

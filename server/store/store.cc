@@ -818,6 +818,22 @@ Result<std::vector<EventRecord>> Store::ListEvents(const std::string& job_id, in
   return out;
 }
 
+Result<std::string> Store::LastRankError(const std::string& job_id, int attempt, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string prefix = "rank " + std::to_string(rank) + ": ";
+  Stmt s(db_,
+         "SELECT message FROM events WHERE job_id=? AND attempt=? AND kind='worker' AND "
+         "level='error' AND substr(message, 1, ?)=? ORDER BY id DESC LIMIT 1");
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id)
+      .Bind(static_cast<int64_t>(attempt))
+      .Bind(static_cast<int64_t>(prefix.size()))
+      .Bind(prefix);
+  ADCTL_ASSIGN_ROW(row, s.Step());
+  if (!row) return std::string();
+  return s.Text(0).substr(prefix.size());
+}
+
 Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
   if (points.empty()) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);

@@ -206,6 +206,9 @@ class Store {
   Result<int64_t> AddEvent(const EventRecord& event);
   Result<std::vector<EventRecord>> ListEvents(const std::string& job_id, int64_t after_id,
                                               int limit = 0);
+  // The newest error a rank of an attempt reported about itself (a "worker" event at level
+  // error, "rank R: …"), without the "rank R: " prefix; "" when it reported none.
+  Result<std::string> LastRankError(const std::string& job_id, int attempt, int rank);
 
   // Metric points (full history keyed by job, attempt, rank, step) and the job's progress.
   Status AddMetrics(const std::vector<MetricRecord>& points);

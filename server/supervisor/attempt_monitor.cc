@@ -355,6 +355,12 @@ void AttemptMonitor::ObserveRankLocked(Attempt* a, size_t index, double now) {
 
   ExitClass cls = ClassifyExit(st);
   std::string message = "rank " + std::to_string(r.rank) + " " + DescribeExit(st);
+  if (cls == ExitClass::kFatal || cls == ExitClass::kRetryable) {
+    // The rank's own reason (its last error event, delivered before it exited) says why: the
+    // job's message, `describe`, the page and `wait -o json` carry it.
+    auto why = store_->LastRankError(a->job_id, a->attempt, r.rank);
+    if (why.ok() && !why->empty()) message += ": " + *why;
+  }
   const ClusterJobInfo info =
       r.cluster_job.empty() ? ClusterJobInfo{} : a->launcher->Describe(r.cluster_job);
   if (!r.cluster_job.empty() && (!recorded.ok() || info.ended_by_cluster())) {

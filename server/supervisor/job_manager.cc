@@ -14,6 +14,7 @@
 #include "common/job_layout.h"
 #include "common/job_spec.h"
 #include "common/lora_check.h"
+#include "common/submit_check.h"
 #include "server/launcher/process.h"
 #include "server/supervisor/secrets.h"
 
@@ -109,6 +110,19 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
   // After the path policy: only files adctld may read are opened.
   ADCTL_RETURN_IF_ERROR(CheckLoraFitsModel(spec.model));
+  {
+    SubmitInputs inputs;
+    inputs.data_frames_set = SpecNamesField(request.spec_yaml, request.overrides, "data.frames");
+    auto live = store_->ListActiveJobs();
+    if (!live.ok()) return live.status();
+    for (const JobRecord& other : *live) {
+      auto other_spec = ParseJobSpec(other.spec_yaml);
+      if (other_spec.ok() && other_spec->kind == JobKind::kPreprocess) {
+        inputs.caches_being_written.insert(other_spec->preprocess.output);
+      }
+    }
+    ADCTL_RETURN_IF_ERROR(CheckSubmitInputs(spec, inputs));
+  }
   ADCTL_RETURN_IF_ERROR(CheckCheckpointDirFree(store_, spec.checkpoint.dir, ""));
   auto launcher = ChooseLauncher(spec.resources);
   if (!launcher.ok()) return launcher.status();

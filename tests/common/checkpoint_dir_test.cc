@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/sha256.h"
@@ -278,6 +280,33 @@ TEST_F(CheckpointDirTest, RetentionSparesEveryNthValidationAndPinnedSteps) {
   // A checkpoint removed by hand is simply not there.
   fs::remove_all(root_ / "step-00000070");
   EXPECT_TRUE(ApplyRetention(root_.string(), policy).ok());
+}
+
+TEST_F(CheckpointDirTest, RetentionKeepsTheBestByTheManifestsMetric) {
+  // eval_loss at 20 (0.30), 40 (0.10), 60 (0.20), 80 (0.10, a tie: the older 40 wins); none at
+  // the odd tens, so they do not compete.
+  const std::map<int64_t, double> eval = {{20, 0.3}, {40, 0.1}, {60, 0.2}, {80, 0.1}};
+  for (int64_t step = 10; step <= 100; step += 10) {
+    Result<CheckpointWriter> writer = CheckpointWriter::Begin(root_.string(), step);
+    ASSERT_TRUE(writer.ok());
+    WriteFile(fs::path(writer->dir()) / "w.bin", "w");
+    nlohmann::json meta = {{"step", step}};
+    if (eval.count(step)) meta["eval_loss"] = eval.at(step);
+    ASSERT_TRUE(writer->Commit(meta).ok());
+  }
+  RetentionPolicy policy = RetentionPolicy::KeepLast(1);
+  policy.keep_best = 2;
+  policy.best_metric = "eval_loss";
+  ASSERT_TRUE(ApplyRetention(root_.string(), policy).ok());
+  std::vector<int64_t> steps;
+  for (const auto& c : ListCheckpoints(root_.string()).value()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{40, 80, 100}));
+  // One removed by hand is no longer a candidate, and fails nothing.
+  fs::remove_all(root_ / "step-00000040");
+  ASSERT_TRUE(ApplyRetention(root_.string(), policy).ok());
+  steps.clear();
+  for (const auto& c : ListCheckpoints(root_.string()).value()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{80, 100}));
 }
 
 TEST_F(CheckpointDirTest, PinsFileRoundTripsAndAMalformedOneIsNamed) {

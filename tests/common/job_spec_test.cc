@@ -401,8 +401,11 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.resources.slurm_qos = "q";
   spec.resources.slurm_time_limit = "1:00:00";
   spec.resources.slurm_extra_args = {"--exclusive"};
-  spec.model.lora.rank = 8;     // and the model.lora fields when a LoRA is asked for
-  spec.eval.holdout_clips = 4;  // and the eval fields when an eval loss is
+  spec.model.lora.rank = 8;      // and the model.lora fields when a LoRA is asked for
+  spec.eval.holdout_clips = 4;   // and the eval fields when an eval loss is
+  spec.train.ema.decay = 0.999;  // the EMA's when it is on, and the weights when not raw
+  spec.validation.weights = spec.eval.weights = spec.exports.weights = "ema";
+  spec.checkpoint.keep_best.k = 2;
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     // Nested two spaces a level: "name", "  lr", "    rank".
@@ -426,6 +429,46 @@ TEST(JobSpecTest, EvalChecksNameTheField) {
       {"eval: {holdout_clips: 2, timesteps: [1000]}\n", "eval.timesteps[0]"},
       {"eval: {holdout_clips: 2, timesteps: []}\n", "eval.timesteps: at least one"},
       {"eval: {holdout_clips: -1}\n", "eval.holdout_clips"},
+  };
+  for (const auto& [text, message] : bad) {
+    auto s = ParseJobSpec(base + text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_THAT(s.status().message(), HasSubstr(message)) << text;
+  }
+}
+
+TEST(JobSpecTest, EmaAndKeepBestAreNestedSectionsWithTheirOwnChecks) {
+  const std::string base = "model: {preset: tiny}\ndata: {kind: synthetic, num_samples: 16}\n";
+  auto ok = ParseJobSpec(base +
+                         "train: {ema: {decay: 0.999, start_step: 100, update_every: 2, "
+                         "device: cpu}}\n"
+                         "checkpoint: {keep_best: {metric: eval_loss, k: 3}}\n"
+                         "eval: {holdout_clips: 4, weights: ema}\n"
+                         "validation: {weights: ema}\nexport: {weights: ema}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->train.ema.decay, 0.999);
+  EXPECT_EQ(ok->train.ema.start_step, 100);
+  EXPECT_EQ(ok->train.ema.update_every, 2);
+  EXPECT_EQ(ok->train.ema.device, "cpu");
+  EXPECT_EQ(ok->checkpoint.keep_best.k, 3);
+  EXPECT_EQ(ok->eval.weights, "ema");
+  // The canonical YAML round-trips them, and leaves them out when unset.
+  auto again = ParseJobSpec(JobSpecToYaml(*ok));
+  ASSERT_TRUE(again.ok()) << JobSpecToYaml(*ok);
+  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*ok));
+  const std::string plain = JobSpecToYaml(*ParseJobSpec(base));
+  EXPECT_EQ(plain.find("ema"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("keep_best"), std::string::npos) << plain;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"train: {ema: {decay: 1.0}}\n", "train.ema.decay: must be in [0, 1)"},
+      {"train: {ema: {decay: 0.9, update_every: 0}}\n", "train.ema.update_every"},
+      {"train: {ema: {decay: 0.9, device: tpu}}\n", "train.ema.device"},
+      {"eval: {holdout_clips: 2, weights: ema}\n", "eval.weights: ema needs train.ema"},
+      {"export: {weights: average}\n", "export.weights: must be one of"},
+      {"checkpoint: {keep_best: {k: 2}}\n", "checkpoint.keep_best: ranks checkpoints by eval_loss"},
+      {"checkpoint: {keep_best: {metric: loss, k: 2}}\neval: {holdout_clips: 2}\n",
+       "checkpoint.keep_best.metric"},
+      {"train: {ema: {decay: 0.9, bogus: 1}}\n", "train.ema.bogus"},
   };
   for (const auto& [text, message] : bad) {
     auto s = ParseJobSpec(base + text);

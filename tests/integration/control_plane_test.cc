@@ -294,6 +294,19 @@ TEST_F(ControlPlaneTest, MalformedSpecsAndUnknownIdsGetClearErrors) {
                            "--set", "data.path=cache"});
   EXPECT_EQ(relative.exit_code, 2);
   EXPECT_NE(relative.err.find("must be an absolute path"), std::string::npos) << relative.err;
+  // What the inputs say is checked at submit too (issue 35 item 2): a cache that is not there,
+  // frames beyond the motion modules' positional table.
+  auto no_cache = c.Adctl({"submit", c.WriteSpec("nocache", TinySpec(4)), "--set",
+                           "data.kind=latents", "--set", "data.path=" + c.dir() + "/data/nocache"});
+  EXPECT_EQ(no_cache.exit_code, 2);
+  EXPECT_NE(no_cache.err.find("data.path: " + c.dir() + "/data/nocache does not exist"),
+            std::string::npos)
+      << no_cache.err;
+  auto long_clips =
+      c.Adctl({"submit", c.WriteSpec("long", TinySpec(4)), "--set", "data.frames=40"});
+  EXPECT_EQ(long_clips.exit_code, 2);
+  EXPECT_NE(long_clips.err.find("data.frames: "), std::string::npos) << long_clips.err;
+  EXPECT_NE(long_clips.err.find("at most 32"), std::string::npos) << long_clips.err;
   auto missing_file = c.Adctl({"submit", c.dir() + "/nope.yaml"});
   EXPECT_EQ(missing_file.exit_code, 2);
   // A 10 MB spec: refused by the CLI before the call, naming the limit (a message that large

@@ -96,5 +96,41 @@ TEST(FaultTest, DiskFullUnderTheDatabaseLosesNoMetricsAndSaysWhy) {
   c.Stop();
 }
 
+// A checkpoint folder on a disk too small for a checkpoint: the job fails at once (no retry: the
+// disk will not grow), its exit class says it could not write its output, and the job's message
+// carries the rank's own reason (issue 35 item 1), in `describe` and `wait -o json` alike.
+TEST(FaultTest, ACheckpointOnAFullDiskFailsTheJobSayingWhy) {
+  if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) GTEST_SKIP() << "no adworker";
+  Coordinator c(1);
+  const std::string out = c.dir() + "/out";
+  SmallDisk disk(out + "/small", 1);  // 1 MB: a tiny preset's checkpoint needs several
+  if (!disk.why_not().empty()) GTEST_SKIP() << disk.why_not();
+  c.SetExtraArgs({"--write-root", out});
+  c.Start();
+  const std::string id = c.Submit(c.WriteSpec("small",
+                                              "name: small\n"
+                                              "model: {preset: tiny}\n"
+                                              "data: {kind: synthetic, num_samples: 8, "
+                                              "frames: 4, height: 8, width: 8}\n"
+                                              "train: {max_steps: 6, batch_size: 1}\n"
+                                              "checkpoint: {every_steps: 2, dir: " +
+                                                  out +
+                                                  "/small/ckpt}\n"
+                                                  "resources: {max_restarts: 3}\n"));
+  const auto waited = c.Adctl({"-o", "json", "wait", id, "--timeout", "240"});
+  EXPECT_EQ(waited.exit_code, 1) << waited.out << waited.err;
+  const auto job = c.Describe(id);
+  EXPECT_EQ(job["state"], "JOB_STATE_FAILED") << job.dump(2);
+  const std::string message = job["message"];
+  EXPECT_NE(message.find("exited with code 5 (cannot write its output"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("checkpoint step 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("/small/ckpt"), std::string::npos) << "names the folder: " << message;
+  EXPECT_EQ(job.value("restarts", 0), 0) << "a full disk is not retried";
+  EXPECT_NE(waited.out.find("checkpoint step 2"), std::string::npos)
+      << "wait -o json carries the reason: " << waited.out;
+  c.Stop();
+}
+
 }  // namespace
 }  // namespace adctl::testing

@@ -9,6 +9,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/checkpoint_export.h"
 #include "common/fs_util.h"
+#include "worker/train/ema.h"
 
 namespace adctl {
 namespace {
@@ -45,6 +46,14 @@ Status WriteCheckpointFiles(const std::string& dir, const CheckpointState& state
   }
   if (!state.optimizer.empty()) {
     ADCTL_RETURN_IF_ERROR(WriteTensorFile(dir + "/optimizer.safetensors", state.optimizer));
+  }
+  if (!state.ema_motion_adapter.empty() || !state.ema_lora.empty()) {
+    CheckpointState ema;
+    ema.motion_adapter = state.ema_motion_adapter;
+    ema.motion_adapter_config = state.motion_adapter_config;
+    ema.lora = state.ema_lora;
+    ema.lora_metadata = state.lora_metadata;
+    ADCTL_RETURN_IF_ERROR(WriteCheckpointFiles(dir + "/" + kEmaCheckpointDir, ema));
   }
   return Status::Ok();
 }
@@ -83,16 +92,28 @@ TensorMap CheckpointSaver::CopyToHost(const TensorMap& live, const std::string& 
   return host;
 }
 
+int64_t CheckpointSaver::last_state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto* map : {&host_state_.motion_adapter, &host_state_.lora, &host_state_.optimizer,
+                          &host_state_.ema_motion_adapter, &host_state_.ema_lora}) {
+    for (const auto& item : *map) bytes += static_cast<int64_t>(item.second.nbytes());
+  }
+  return bytes;
+}
+
 void CheckpointSaver::Reserve(const CheckpointState& like) {
   Join();
   finished_ = false;
-  thread_ = std::thread(
-      [this, adapter = like.motion_adapter, lora = like.lora, optimizer = like.optimizer] {
-        for (const auto& [name, t] : adapter) Buffer("motion_adapter/" + name, t);
-        for (const auto& [name, t] : lora) Buffer("lora/" + name, t);
-        for (const auto& [name, t] : optimizer) Buffer("optimizer/" + name, t);
-        finished_ = true;
-      });
+  thread_ = std::thread([this, adapter = like.motion_adapter, lora = like.lora,
+                         optimizer = like.optimizer, ema_adapter = like.ema_motion_adapter,
+                         ema_lora = like.ema_lora] {
+    for (const auto& [name, t] : adapter) Buffer("motion_adapter/" + name, t);
+    for (const auto& [name, t] : lora) Buffer("lora/" + name, t);
+    for (const auto& [name, t] : optimizer) Buffer("optimizer/" + name, t);
+    for (const auto& [name, t] : ema_adapter) Buffer("ema/motion_adapter/" + name, t);
+    for (const auto& [name, t] : ema_lora) Buffer("ema/lora/" + name, t);
+    finished_ = true;
+  });
 }
 
 void CheckpointSaver::Start(const CheckpointState& state) {
@@ -105,8 +126,11 @@ void CheckpointSaver::Start(const CheckpointState& state) {
   host_state_.motion_adapter = CopyToHost(state.motion_adapter, "motion_adapter/");
   host_state_.lora = CopyToHost(state.lora, "lora/");
   host_state_.optimizer = CopyToHost(state.optimizer, "optimizer/");
+  host_state_.ema_motion_adapter = CopyToHost(state.ema_motion_adapter, "ema/motion_adapter/");
+  host_state_.ema_lora = CopyToHost(state.ema_lora, "ema/lora/");
   bool on_gpu = false;
-  for (const auto* map : {&state.motion_adapter, &state.lora, &state.optimizer}) {
+  for (const auto* map : {&state.motion_adapter, &state.lora, &state.optimizer,
+                          &state.ema_motion_adapter, &state.ema_lora}) {
     for (const auto& item : *map) on_gpu = on_gpu || item.second.is_cuda();
   }
   if (on_gpu) torch::cuda::synchronize();  // the copies above were queued, not finished

@@ -45,12 +45,16 @@ struct CheckpointState {
   // diffusers' layout, alpha not folded, with `lora_metadata` as the file's metadata.
   TensorMap lora;
   std::map<std::string, std::string> lora_metadata;
-  TensorMap optimizer;                                 // written as optimizer.safetensors
+  TensorMap optimizer;  // written as optimizer.safetensors
+  // train.ema's averages, under the names of `motion_adapter` or `lora`: written as ema/, a
+  // folder with the same layout (worker/train/ema.h).
+  TensorMap ema_motion_adapter;
+  TensorMap ema_lora;
   nlohmann::json metadata = nlohmann::json::object();  // the manifest's metadata
 };
 
-// Writes the files of `state` into folder `dir` (motion_adapter/ or lora/, and
-// optimizer.safetensors when it has optimizer state): a checkpoint's, or an export's source.
+// Writes the files of `state` into folder `dir` (motion_adapter/ or lora/, optimizer.safetensors
+// when it has optimizer state, ema/ when it has averages): a checkpoint's, or an export's source.
 Status WriteCheckpointFiles(const std::string& dir, const CheckpointState& state);
 
 // How a write ended.
@@ -85,6 +89,9 @@ class CheckpointSaver {
   // The result of a finished write not yet collected, without waiting; nullopt when there is
   // none (nothing started, or the write still runs).
   std::optional<SavedCheckpoint> Poll();
+  // The bytes of tensors the last Start() handed to the writer (what a checkpoint needs on disk,
+  // about): for saying whether a failed write ran out of space.
+  int64_t last_state_bytes() const;
   // Waits for the write in flight and returns the oldest result not yet collected; nullopt
   // when there is none.
   std::optional<SavedCheckpoint> Wait();

@@ -1,5 +1,6 @@
 #include "worker/train/checkpointer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "common/job_layout.h"
 #include "worker/model/weights.h"
 #include "worker/sample/validation.h"
+#include "worker/train/ema.h"
 
 namespace adctl {
 
@@ -33,7 +35,7 @@ std::optional<Failure> Checkpointer::CheckFolder() const {
 
 std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, LoraAdapters* lora, AdamW& optimizer,
                                             torch::Device device, DistributedSampler& sampler,
-                                            TrainState& state) {
+                                            TrainState& state, Ema* ema) {
   auto latest = LatestVerifiedCheckpoint(root_);
   if (!latest.ok()) return Failure{kExitDataError, latest.status().ToString()};
   if (!latest->has_value()) {
@@ -58,6 +60,27 @@ std::optional<Failure> Checkpointer::Resume(UNet3DImpl& model, LoraAdapters* lor
   auto saved = TrainState::FromJson(ckpt.manifest.metadata);
   if (!saved.ok()) {
     return Failure{kExitDataError, dir + "/manifest.json: " + saved.status().message()};
+  }
+  if (ema != nullptr) {
+    const std::string ema_file =
+        dir + "/" + kEmaCheckpointDir + "/" +
+        (lora != nullptr ? std::string(kLoraCheckpointDir) + "/" + kLoraFileName
+                         : "motion_adapter/diffusion_pytorch_model.safetensors");
+    if (std::filesystem::exists(ema_file)) {
+      auto averages = ReadTensorFile(ema_file);
+      if (!averages.ok()) return Failure{kExitDataError, averages.status().ToString()};
+      st = ema->Restore(*averages, ckpt.manifest.metadata.value(kEmaUpdatesKey, int64_t{0}),
+                        lora != nullptr ? "unet." : "");
+      if (!st.ok()) return Failure{kExitDataError, ema_file + ": " + st.ToString()};
+    } else {
+      ema->Reset();
+      if (options_.rank == 0) {
+        reporter_.OnEvent(EventLevel::kWarning,
+                          "train.ema: checkpoint " + dir +
+                              " holds no average (train.ema was added since it was written); "
+                              "the average starts again from its weights");
+      }
+    }
   }
   state.step = saved->step;
   state.samples_seen = saved->samples_seen;
@@ -135,6 +158,8 @@ void Checkpointer::StartWriter(bool reserve) {
   if (spec_.checkpoint.keep_at_validation) {
     retention.keep_step = [v = spec_.validation](int64_t step) { return ValidationDue(v, step); };
   }
+  retention.keep_best = spec_.checkpoint.keep_best.k;
+  retention.best_metric = spec_.checkpoint.keep_best.metric;
   saver_ = std::make_unique<CheckpointSaver>(root_, std::move(retention),
                                              JobLayout(options_.job_dir).checkpoint_pins());
   if (reserve) saver_->Reserve(current_());
@@ -169,9 +194,12 @@ std::optional<Failure> Checkpointer::Collect(bool wait) {
   if (!saved->status.ok()) {
     const std::string what =
         "checkpoint step " + std::to_string(saved->step) + ": " + saved->status.ToString();
-    const std::string why = CheckpointDirProblem(root_, last_bytes_);
+    // The disk's state says whether it was the disk: unwritable, or short of what this
+    // checkpoint needs (a failed write keeps its partial files for inspection).
+    const std::string why =
+        CheckpointDirProblem(root_, std::max(last_bytes_, saver_->last_state_bytes()));
     if (why.empty()) return Failure{kExitCrash, what};
-    return Failure{kExitDataError, what + " (" + why + ")"};
+    return Failure{kExitStorageError, what + " (" + why + ")"};
   }
   if (!saved->retention_error.empty()) {
     reporter_.OnEvent(EventLevel::kWarning, "retention: " + saved->retention_error);
@@ -199,7 +227,10 @@ std::optional<Failure> Checkpointer::Collect(bool wait) {
 
 std::optional<Failure> Checkpointer::ExportForInferenceTools(int64_t step) {
   if (spec_.exports.formats.empty() || options_.rank != 0) return std::nullopt;
-  const std::string out_dir = JobLayout(options_.job_dir).exports_step(step);
+  // export.weights: ema reads the checkpoint's ema/ folder, laid out as the checkpoint itself,
+  // and writes export/step-N-ema/ (where `adctl export --weights ema` looks too).
+  const bool ema = spec_.exports.weights == "ema";
+  const std::string out_dir = JobLayout(options_.job_dir).exports_step(step) + (ema ? "-ema" : "");
   // Step `step`'s checkpoint, or the live state written beside the exports without one.
   const std::string live = out_dir + "/checkpoint.live";
   const std::string source = last_path_.empty() || last_step_ != step ? live : last_path_;
@@ -211,17 +242,20 @@ std::optional<Failure> Checkpointer::ExportForInferenceTools(int64_t step) {
     auto st = ec ? Internal(live + ": " + ec.message()) : WriteCheckpointFiles(live, state);
     if (!st.ok()) return Failure{kExitCrash, "export: " + st.ToString()};
   }
+  const std::string weights = ema ? source + "/" + kEmaCheckpointDir : source;
   for (const auto& name : spec_.exports.formats) {
     auto format = ParseExportFormat(name);
     if (!format.ok()) return Failure{kExitBadSpec, format.status().ToString()};
-    auto info = ExportCheckpoint(source, *format, out_dir + "/" + ExportFileName(*format),
-                                 {{"adctl_step", std::to_string(step)}, {"adctl_job", spec_.name}});
+    auto info = ExportCheckpoint(weights, *format, out_dir + "/" + ExportFileName(*format),
+                                 {{"adctl_step", std::to_string(step)},
+                                  {"adctl_job", spec_.name},
+                                  {"adctl_weights", ema ? "ema" : "raw"}});
     if (!info.ok()) return Failure{kExitCrash, "export: " + info.status().ToString()};
     char size[48];
     std::snprintf(size, sizeof(size), "%.1f MB of tensors", info->bytes / 1e6);
     reporter_.OnEvent(
         EventLevel::kInfo,
-        std::string("exported ") + name + " (" + size +
+        std::string("exported ") + name + (ema ? " of the EMA weights" : "") + " (" + size +
             (info->motion_norm.empty() ? std::string() : ", " + info->motion_norm + " GroupNorm") +
             ") → " + info->path);
   }

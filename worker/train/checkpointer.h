@@ -19,6 +19,7 @@
 #include "worker/model/unet3d.h"
 #include "worker/report/reporter.h"
 #include "worker/train/checkpoint_saver.h"
+#include "worker/train/ema.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/train_state.h"
 #include "worker/train/trainer.h"
@@ -42,10 +43,12 @@ class Checkpointer {
   // LoRA job (non-null), and `optimizer` (its tensors moved to `device`), and its step, samples
   // seen and sampler position into `state` and `sampler`. Without one (none, or none that
   // verifies: a warning) nothing changes. A checkpoint of the other kind (a LoRA's for a
-  // full-module job, or the reverse) is kExitModelError naming what it holds.
+  // full-module job, or the reverse) is kExitModelError naming what it holds. `ema` (train.ema,
+  // else null) takes the checkpoint's averages (ema/) and update count; a checkpoint written
+  // without them restarts the average from the resumed weights, with a warning.
   std::optional<Failure> Resume(UNet3DImpl& model, LoraAdapters* lora, AdamW& optimizer,
                                 torch::Device device, DistributedSampler& sampler,
-                                TrainState& state);
+                                TrainState& state, Ema* ema = nullptr);
 
   // Rank 0 with checkpoints enabled: starts the background writer. `reserve`: allocate its
   // pinned host buffers now (on a GPU pinning gigabytes takes a while), not at the first save.

@@ -30,6 +30,7 @@
 #include "worker/train/attention_warmup.h"
 #include "worker/train/checkpointer.h"
 #include "worker/train/data_parallel.h"
+#include "worker/train/ema.h"
 #include "worker/train/evaluator.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/startup_timer.h"
@@ -91,7 +92,7 @@ class Trainer {
     startup_.Mark("data and validation set-up");
     BuildOptimizer();
     if (auto f = checkpoints_.Resume(*model_, lora_ ? &*lora_ : nullptr, *optimizer_, device_,
-                                     *sampler_, state_))
+                                     *sampler_, state_, ema_.get()))
       return f;
     batches_ = std::make_unique<BatchLoader>(
         BatchOptions{spec_.train.batch_size, static_cast<uint64_t>(spec_.train.seed),
@@ -191,6 +192,7 @@ class Trainer {
   void BuildOptimizer() {
     params_ = lora_ ? lora_->Parameters() : model_->MotionParameters();
     optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
+    if (spec_.train.ema.enabled()) ema_ = std::make_unique<Ema>(spec_.train.ema, params_);
   }
 
   // The dataset and this rank's sampler over it.
@@ -317,6 +319,18 @@ class Trainer {
     state.motion_adapter_config = MotionAdapterConfig(*model_);
     state.optimizer = optimizer_->StateDict();
     state.metadata = state_.ToJson();
+    // checkpoint.keep_best ranks checkpoints by the eval loss of their own step.
+    if (last_eval_.first == state_.step) state.metadata["eval_loss"] = last_eval_.second;
+    if (ema_) {
+      ema_->Sync();  // the saver copies the averages on the current stream
+      state.metadata[kEmaUpdatesKey] = ema_->updates();
+      if (lora_) {
+        for (const auto& [name, avg] : ema_->averages()) state.ema_lora["unet." + name] = avg;
+      } else {
+        state.ema_motion_adapter = state.motion_adapter;  // the buffers; parameters replaced
+        for (const auto& [name, avg] : ema_->averages()) state.ema_motion_adapter[name] = avg;
+      }
+    }
     return state;
   }
 
@@ -366,10 +380,22 @@ class Trainer {
                                      std::to_string(state_.step)});
       }
       // Every rank evaluates at the same steps (same spec); the report carries the result.
-      if (EvalDue(state_.step)) {
+      const bool evaluated = EvalDue(state_.step);
+      if (evaluated) {
+        std::optional<Ema::Applied> averaged;  // eval.weights: ema
+        if (ema_ && spec_.eval.weights == "ema") averaged.emplace(ema_.get());
+        const auto e0 = SteadyClock::now();
         const EvalLoss e = evaluator_->Run(*model_, parallel_.comm.get(), o_.rank, o_.world_size);
         r.eval_loss = e.loss;
         r.eval_by_timestep = e.by_timestep;
+        last_eval_ = {state_.step, e.loss};
+        if (o_.rank == 0) {
+          char what[160];
+          std::snprintf(what, sizeof(what), "eval loss %.6f at step %lld (%s weights) in %.2f s",
+                        e.loss, static_cast<long long>(state_.step), averaged ? "EMA" : "trained",
+                        Seconds(e0, SteadyClock::now()));
+          reporter_.OnEvent(EventLevel::kInfo, what);
+        }
         last_step_end = SteadyClock::now();  // the next step's time does not include the eval
       }
       if (metrics_->Due(state_.step) || r.eval_loss >= 0) metrics_->Report(r);
@@ -379,11 +405,11 @@ class Trainer {
         if (auto f = RenderValidation()) return Fail(*f);
         last_step_end = SteadyClock::now();  // the next step's time does not include the render
       }
-      // checkpoint.keep_at_validation: the weights behind a sample are kept, so they must be
-      // written even when every_steps misses the step.
+      // checkpoint.keep_at_validation and keep_best: the weights behind a sample or an eval
+      // loss may be kept, so they are written even when every_steps misses the step.
       const auto& c = spec_.checkpoint;
       const bool save = (c.every_steps > 0 && state_.step % c.every_steps == 0) ||
-                        (c.keep_at_validation && validation);
+                        (c.keep_at_validation && validation) || (c.keep_best.k > 0 && evaluated);
       if (save && state_.step < spec_.train.max_steps && !stop) {
         if (auto f = checkpoints_.Save(state_.step, /*wait=*/false, parallel_.comm.get()))
           return Fail(*f);
@@ -451,6 +477,7 @@ class Trainer {
     if (parallel_.reducer) parallel_.reducer->FinishBackward();
     const auto grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
     r.learning_rate = LearningRate(t, state_.step);
+    if (ema_) ema_->Sync();  // its last update read the weights this step changes
     optimizer_->Step(r.learning_rate);
     // Released unless something holds on to the gradient tensors (the all-reduce buckets'
     // views, the captured graph's buffers).
@@ -468,6 +495,7 @@ class Trainer {
     stop = host[2].item<double>() > 0;
     ++state_.step;
     state_.samples_seen += state_.global_batch;
+    if (ema_) ema_->AfterStep(state_.step);
     r.step = state_.step;
     r.samples_seen = state_.samples_seen;
     r.allreduce_exposed_seconds =
@@ -523,6 +551,8 @@ class Trainer {
   // wait at a barrier meanwhile (its timeout is the communicator's operation timeout).
   std::optional<Failure> RenderValidation() {
     if (validation_) {
+      std::optional<Ema::Applied> averaged;  // validation.weights: ema
+      if (ema_ && spec_.validation.weights == "ema") averaged.emplace(ema_.get());
       auto rendered = validation_->Render(*model_, state_.step);
       if (!rendered.ok()) return Failure{kExitCrash, "validation: " + rendered.status().ToString()};
       reporter_.OnSamples(ToSamplesReport(*rendered, o_.job_dir));
@@ -547,6 +577,8 @@ class Trainer {
   std::map<std::string, std::string> lora_metadata_;  // its checkpoint file's metadata
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Ema> ema_;                        // train.ema
+  std::pair<int64_t, double> last_eval_{-1, 0};     // the step and loss of the latest eval
   DataParallel parallel_;                           // world_size > 1
   std::optional<StepMetrics> metrics_;              // set by BuildDevice
   std::unique_ptr<ValidationRenderer> validation_;  // rank 0, when validation.prompts is set

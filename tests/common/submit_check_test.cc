@@ -1,0 +1,116 @@
+// What adctld checks at submit from a spec's inputs (issue 35 item 2): frames beyond the motion
+// modules' positional table, a latent cache that is not there, and data.frames that disagrees
+// with the cache, each refused naming the field.
+#include "common/submit_check.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace adctl {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const std::string kFixtures = std::string(ADCTL_REPO_ROOT) + "/tests/fixtures";
+
+class SubmitCheckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("adctl-submit-check-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A latent cache folder whose settings.json says `frames`.
+  std::string Cache(int frames) {
+    const fs::path cache = dir_ / ("cache" + std::to_string(frames));
+    fs::create_directories(cache / "shards");
+    std::ofstream(cache / "settings.json") << "{\"frames\": " << frames << ", \"stride\": 4}\n";
+    return cache.string();
+  }
+  static JobSpec Tiny() {
+    JobSpec s;
+    s.model.preset = ModelPreset::kTiny;
+    return s;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SubmitCheckTest, TheMotionModulesPositionalTableBoundsTheFrames) {
+  ModelSpec m;
+  m.preset = ModelPreset::kTiny;
+  EXPECT_EQ(MotionFramesLimit(m), 32);
+  m.preset_layout = PresetLayout::kV1;
+  EXPECT_EQ(MotionFramesLimit(m), 24);
+  ModelSpec adapter;
+  adapter.unet2d = kFixtures + "/diffusers-tiny/unet2d";
+  adapter.motion_adapter = kFixtures + "/diffusers-tiny/motion_adapter";
+  EXPECT_EQ(MotionFramesLimit(adapter), 32);  // its config.json
+  ModelSpec file = adapter;
+  file.motion_module_file = kFixtures + "/animatediff-tiny/mm_tiny.safetensors";
+  EXPECT_EQ(MotionFramesLimit(file), 32);  // pos_encoder.pe [1, 32, C]
+  file.motion_module_file = kFixtures + "/animatediff-tiny/mm_tiny.ckpt";
+  EXPECT_EQ(MotionFramesLimit(file), std::nullopt) << "a pickle is not read at submit";
+
+  JobSpec s = Tiny();
+  s.validation.prompts = {"a cat"};
+  s.validation.frames = 40;
+  auto st = CheckSubmitInputs(s, {});
+  EXPECT_THAT(st.message(), HasSubstr("validation.frames: 40, the motion modules hold at most 32"));
+  s.validation.frames = 16;
+  s.data.frames = 33;
+  EXPECT_THAT(CheckSubmitInputs(s, {}).message(), HasSubstr("data.frames: 33"));
+  s.data.frames = 32;
+  EXPECT_TRUE(CheckSubmitInputs(s, {}).ok());
+}
+
+TEST_F(SubmitCheckTest, AMissingCacheIsRefusedUnlessAQueuedJobWritesIt) {
+  JobSpec s = Tiny();
+  s.data.kind = DataKind::kLatents;
+  s.data.path = (dir_ / "not-yet").string();
+  auto st = CheckSubmitInputs(s, {});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("data.path: " + s.data.path + " does not exist"));
+  SubmitInputs queued;
+  queued.caches_being_written = {s.data.path};
+  EXPECT_TRUE(CheckSubmitInputs(s, queued).ok()) << "a preprocess job in the queue makes it";
+  s.data.path = Cache(8);
+  s.eval.path = (dir_ / "no-eval-cache").string();
+  EXPECT_THAT(CheckSubmitInputs(s, {}).message(), HasSubstr("eval.path: "));
+}
+
+TEST_F(SubmitCheckTest, DataFramesThatDisagreeWithTheCacheAreRefusedWhenSet) {
+  JobSpec s = Tiny();
+  s.data.kind = DataKind::kLatents;
+  s.data.path = Cache(8);
+  s.data.frames = 16;
+  EXPECT_TRUE(CheckSubmitInputs(s, {}).ok()) << "unset: the cache's frames are used";
+  SubmitInputs set;
+  set.data_frames_set = true;
+  auto st = CheckSubmitInputs(s, set);
+  EXPECT_THAT(st.message(), HasSubstr("data.frames: 16, and the cache in " + s.data.path +
+                                      " was made with 8 frames"));
+  s.data.frames = 8;
+  EXPECT_TRUE(CheckSubmitInputs(s, set).ok());
+  s.data.path = Cache(40);
+  set.data_frames_set = false;
+  EXPECT_THAT(CheckSubmitInputs(s, set).message(),
+              HasSubstr("holds clips of 40 frames; the motion modules hold at most 32"));
+}
+
+TEST(SpecNamesFieldTest, TheYamlOrAnOverrideNamesIt) {
+  EXPECT_TRUE(SpecNamesField("data: {frames: 8}\n", {}, "data.frames"));
+  EXPECT_FALSE(SpecNamesField("data: {kind: latents}\n", {}, "data.frames"));
+  EXPECT_TRUE(SpecNamesField("data: {kind: latents}\n", {"data.frames=8"}, "data.frames"));
+  EXPECT_FALSE(SpecNamesField("data: [1, 2]\n", {}, "data.frames"));
+  EXPECT_FALSE(SpecNamesField("{{{", {}, "data.frames"));
+}
+
+}  // namespace
+}  // namespace adctl
