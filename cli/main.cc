@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -61,13 +62,30 @@ int ExitCodeFor(v1::JobState state) {
   }
 }
 
-void PrintOutcome(const v1::Job& job) {
+// The folder holding a job's checkpoints: where its newest one was written (checkpoint.dir
+// when the spec sets one), else the job folder's default.
+std::string CheckpointFolder(Client& client, const v1::Job& job) {
+  v1::ListCheckpointsRequest req;
+  req.set_job_id(job.id());
+  v1::ListCheckpointsResponse resp;
+  auto ctx = client.Context();
+  std::string newest;
+  if (client.stub().ListCheckpoints(ctx.get(), req, &resp).ok()) {
+    for (const v1::Checkpoint& c : resp.checkpoints()) {
+      if (c.step() == job.progress().last_checkpoint_step() || newest.empty()) newest = c.path();
+    }
+  }
+  if (newest.empty()) return job.job_dir() + "/checkpoints";
+  return std::filesystem::path(newest).parent_path().string();
+}
+
+void PrintOutcome(Client& client, const v1::Job& job) {
   std::cout << job.id() << " " << StateName(job.state());
   if (!job.message().empty()) std::cout << ": " << job.message();
   std::cout << "\n";
   // A preprocess job writes a latent cache, not checkpoints.
   if (job.state() == v1::JOB_STATE_SUCCEEDED && job.progress().last_checkpoint_step() > 0) {
-    std::cout << "  checkpoints: " << job.job_dir() << "/checkpoints (last step "
+    std::cout << "  checkpoints: " << CheckpointFolder(client, job) << " (last step "
               << job.progress().last_checkpoint_step() << ")\n";
   } else if (job.state() == v1::JOB_STATE_FAILED) {
     std::cout << "  logs: adctl logs " << job.id() << " --rank 0   (" << job.job_dir()
@@ -94,7 +112,7 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
         if (json) {
           std::cout << ToJson(job) << "\n";
         } else {
-          PrintOutcome(job);
+          PrintOutcome(client, job);
         }
         return ExitCodeFor(job.state());
       }
@@ -116,6 +134,8 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
       return client.ReportError(st);
     }
     if (deadline > 0 && Now() >= deadline) {
+      // With -o json the job as it stands, so a pipeline sees where it got to.
+      if (json && st.ok()) std::cout << ToJson(job) << "\n";
       std::cerr << "adctl: timed out after " << FormatDuration(timeout_seconds) << " waiting for "
                 << id << " (" << (st.ok() ? StateName(job.state()) : "unknown") << ")\n";
       return kExitTimeout;
@@ -191,7 +211,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds, boo
     grpc::Status st = reader->Finish();
     if (line_open) std::cout << "\n";
     if (st.ok() && have_job && IsTerminalState(job.state())) {
-      if (!json) PrintOutcome(job);
+      if (!json) PrintOutcome(client, job);
       return ExitCodeFor(job.state());
     }
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && deadline > 0 &&
@@ -244,6 +264,7 @@ struct SubmitArgs {
 struct ListArgs {
   std::vector<std::string> states;
   int limit = 50;
+  bool all = false;
 };
 struct LogsArgs {
   bool follow = false;
@@ -310,10 +331,42 @@ int List(Client& c, const Globals& g, const ListArgs& a) {
     }
     req.add_states(state);
   }
-  req.set_page_size(a.limit);
+  if (a.limit < 1) {
+    std::cerr << "adctl: --limit " << a.limit << ": must be at least 1 (every job: --all)\n";
+    return kExitUsage;
+  }
+  // Page by page (adctld sends at most 1000 jobs a page) up to --limit, or to the end (--all).
+  constexpr int kMaxPage = 1000;
   v1::ListJobsResponse resp;
-  if (int rc = c.Call(&Stub::ListJobs, req, &resp); rc != 0) return rc;
-  if (PrintedAsJson(g, resp)) return 0;
+  do {
+    const int wanted = a.all ? kMaxPage : std::min(kMaxPage, a.limit - resp.jobs_size());
+    req.set_page_size(wanted);
+    v1::ListJobsResponse page;
+    if (int rc = c.Call(&Stub::ListJobs, req, &page); rc != 0) return rc;
+    for (auto& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+    resp.set_next_page_token(page.next_page_token());
+    req.set_page_token(page.next_page_token());
+  } while (!resp.next_page_token().empty() && (a.all || resp.jobs_size() < a.limit));
+  // More than --limit: say how many more (counted page by page) and how to see them.
+  std::string more;
+  if (!resp.next_page_token().empty()) {
+    int64_t rest = 0;
+    v1::ListJobsRequest count = req;
+    count.set_page_size(kMaxPage);
+    do {
+      v1::ListJobsResponse page;
+      if (int rc = c.Call(&Stub::ListJobs, count, &page); rc != 0) return rc;
+      rest += page.jobs_size();
+      count.set_page_token(page.next_page_token());
+    } while (!count.page_token().empty());
+    more = std::to_string(resp.jobs_size()) + " of " + std::to_string(resp.jobs_size() + rest) +
+           " jobs shown, " + std::to_string(rest) + " more: adctl ls --all, or --limit N";
+  }
+  if (g.json()) {
+    std::cout << ToJson(resp) << "\n";
+    if (!more.empty()) std::cerr << "adctl: " << more << "\n";  // stdout stays JSON
+    return 0;
+  }
   Table t({"ID", "NAME", "STATE", "PROGRESS", "LOSS", "RESTARTS", "GPUS", "AGE", "MESSAGE"});
   const double now = Now();
   for (const auto& j : resp.jobs()) {
@@ -328,6 +381,7 @@ int List(Client& c, const Globals& g, const ListArgs& a) {
                                                                          : j.message()});
   }
   std::cout << t.ToString();
+  if (!more.empty()) std::cout << "(" << more << ")\n";
   return 0;
 }
 
@@ -547,7 +601,8 @@ int Download(Client& c, const std::string& job_id, const std::string& relative,
   }
   fs::rename(part, dest, ec);
   if (ec) {
-    std::cerr << "adctl: " << dest.string() << ": " << ec.message() << "\n";
+    fs::remove(part, ec);
+    std::cerr << "adctl: cannot write " << dest.string() << ": " << ec.message() << "\n";
     return kExitFailed;
   }
   *bytes += got;
@@ -599,6 +654,7 @@ struct ExportArgs {
   int64_t step = 0;
   std::string format;
   std::string out;
+  std::string weights = "raw";
 };
 
 int Export(Client& c, const Globals& g, const std::string& job_id, const ExportArgs& a) {
@@ -606,19 +662,33 @@ int Export(Client& c, const Globals& g, const std::string& job_id, const ExportA
   req.set_job_id(job_id);
   req.set_step(a.step);
   req.set_format(a.format);
+  req.set_weights(a.weights);
   v1::ExportMotionModulesResponse resp;
   // Verifying a large checkpoint and converting it takes a while.
   if (int rc = c.Call(&Stub::ExportMotionModules, req, &resp, 1800); rc != 0) return rc;
+  namespace fs = std::filesystem;
   int64_t bytes = 0;
+  std::vector<fs::path> written;
   for (const auto& f : resp.files()) {
-    // A single file lands at --out; a folder's files keep their place below it.
-    std::filesystem::path dest = a.out;
-    if (f.path() != resp.path()) dest /= f.path().substr(resp.path().size() + 1);
-    if (int rc = Download(c, job_id, f.path(), dest, &bytes); rc != 0) return rc;
+    // A single file lands at --out, or inside it when --out is a folder (existing, or written
+    // with a trailing '/'); a folder's files keep their place below --out.
+    fs::path dest = a.out;
+    std::error_code ec;
+    if (f.path() != resp.path()) {
+      dest /= f.path().substr(resp.path().size() + 1);
+    } else if (fs::is_directory(dest, ec) || a.out.back() == '/') {
+      dest /= fs::path(f.path()).filename();
+    }
+    if (int rc = Download(c, job_id, f.path(), dest, &bytes); rc != 0) {
+      for (const fs::path& p : written) fs::remove(p, ec);  // a failed export leaves nothing
+      return rc;
+    }
+    written.push_back(dest);
   }
   if (PrintedAsJson(g, resp)) return 0;
-  std::cout << "exported step " << resp.step() << " as " << resp.format() << " ("
-            << resp.motion_norm() << " GroupNorm, " << FormatBytes(bytes) << ") to " << a.out
+  std::cout << "exported step " << resp.step() << (a.weights == "ema" ? " (EMA weights)" : "")
+            << " as " << resp.format() << " (" << resp.motion_norm() << " GroupNorm, "
+            << FormatBytes(bytes) << ") to " << (written.size() == 1 ? written[0].string() : a.out)
             << "\n";
   return 0;
 }
@@ -705,7 +775,9 @@ int main(int argc, char** argv) {
   auto* ls = app.add_subcommand("ls", "list jobs (newest first)");
   ls->alias("list");
   ls->add_option("--state", list.states, "only jobs in these states (repeatable)");
-  ls->add_option("--limit", list.limit, "at most N jobs")->capture_default_str();
+  ls->add_option("--limit", list.limit, "at most N jobs (newest first; says how many more)")
+      ->capture_default_str();
+  ls->add_flag("--all", list.all, "every job, page by page");
   ls->callback(run([&](Client& c) { return List(c, g, list); }));
 
   add_job_command("describe", "show one job: state, why it waits, ranks, events")
@@ -792,6 +864,12 @@ int main(int argc, char** argv) {
                    "where to write it (a folder for diffusers, diffusers-lora and merged; a "
                    "file for animatediff and animatediff-lora)")
       ->required();
+  export_cmd
+      ->add_option("--weights", exp.weights,
+                   "raw (the trained weights) or ema (train.ema's moving average, kept in the "
+                   "checkpoint's ema/ folder)")
+      ->check(CLI::IsMember({"raw", "ema"}))
+      ->capture_default_str();
   export_cmd->callback(run([&](Client& c) { return Export(c, g, job_id, exp); }));
 
   std::string other_job_id;

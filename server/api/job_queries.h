@@ -88,7 +88,8 @@ class JobQueries {
 
   Result<JobView> GetJob(const std::string& job_id, bool with_ranks) const;
   // One page of jobs, newest first, for JobService.ListJobs and GET /api/v1/jobs:
-  // `page_size` 0 is 100, at most 1000, negative an error; `page_token` "" or the
+  // `page_size` 0 is 100, one over 1000 is 1000 (capped, for both APIs alike), negative an
+  // error; `page_token` "" or the
   // `next_page_token` of the previous page ("" on the last page).
   struct JobPage {
     std::vector<JobView> jobs;

@@ -1,5 +1,6 @@
 #include "server/auth/access_policy.h"
 
+#include <strings.h>
 #include <yaml-cpp/yaml.h>
 
 #include "common/sha256.h"
@@ -39,6 +40,30 @@ const char* RoleName(Role role) {
 }
 
 std::string TokenHash(const std::string& token) { return Sha256Hex(token); }
+
+Result<std::string> TokenOfAuthorization(const std::string& authorization) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  size_t begin = 0, end = authorization.size();
+  while (begin < end && blank(authorization[begin])) ++begin;
+  while (end > begin && blank(authorization[end - 1])) --end;
+  const std::string value = authorization.substr(begin, end - begin);
+  size_t space = 0;
+  while (space < value.size() && !blank(value[space])) ++space;
+  if (space == value.size()) {
+    if (value.size() == 6 && strncasecmp(value.c_str(), "bearer", 6) == 0) {
+      return InvalidArgument("Authorization: 'Bearer' without a token; expected 'Bearer <token>'");
+    }
+    return value;  // "" (no token), or a bare token
+  }
+  const std::string scheme = value.substr(0, space);
+  if (strcasecmp(scheme.c_str(), "bearer") != 0) {
+    return InvalidArgument("Authorization: scheme '" + scheme +
+                           "' is not accepted; expected 'Bearer <token>'");
+  }
+  size_t token = space;
+  while (token < value.size() && blank(value[token])) ++token;
+  return value.substr(token);
+}
 
 Status AccessPolicy::Add(Entry entry) {
   for (const Entry& e : entries_) {
@@ -134,6 +159,19 @@ AccessDecision AccessPolicy::Check(const std::string& bearer, Role needed) const
                 RoleName(needed);
   }
   return d;
+}
+
+AccessDecision AccessPolicy::CheckAuthorization(const std::string& authorization,
+                                                Role needed) const {
+  if (!enabled()) return AccessDecision();
+  auto token = TokenOfAuthorization(authorization);
+  if (!token.ok()) {
+    AccessDecision d;
+    d.kind = AccessDecision::Kind::kUnauthenticated;
+    d.message = token.status().message();
+    return d;
+  }
+  return Check(token.value(), needed);
 }
 
 }  // namespace adctl

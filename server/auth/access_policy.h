@@ -45,6 +45,10 @@ class AccessPolicy {
   size_t size() const { return entries_.size(); }
   // `bearer`: the token the caller sent ("" when none).
   AccessDecision Check(const std::string& bearer, Role needed) const;
+  // The same for the `Authorization` value a caller sent (HTTP header or gRPC metadata; "" when
+  // none), read by TokenOfAuthorization: a malformed one is kUnauthenticated saying what is
+  // wrong with it.
+  AccessDecision CheckAuthorization(const std::string& authorization, Role needed) const;
 
   // Mutual TLS (--tls-client-ca): JobService callers must also present a client certificate
   // the CA signed. The listener only asks for one (ranks reach WorkerService on their rank's
@@ -69,5 +73,11 @@ class AccessPolicy {
 
 // sha256(token) as 64 lowercase hex digits: what a tokens file stores.
 std::string TokenHash(const std::string& token);
+
+// The token of an `Authorization` value, one rule for HTTP and gRPC (JobService, WorkerService,
+// reflection): `Bearer <token>` with the scheme in any case (RFC 7235: `bearer`, `BEARER`), or
+// the bare token (no scheme, no space). "" for an empty value (no token). Another scheme
+// (`Basic ...`) or `Bearer` without a token is an error naming what was expected.
+Result<std::string> TokenOfAuthorization(const std::string& authorization);
 
 }  // namespace adctl

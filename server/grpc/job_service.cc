@@ -20,13 +20,11 @@ constexpr size_t kLogChunkBytes = 64 * 1024;
 
 }  // namespace
 
-std::string BearerToken(const grpc::ServerContext* ctx) {
+std::string AuthorizationOf(const grpc::ServerContext* ctx) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) return "";
-  std::string value(it->second.data(), it->second.size());
-  const std::string prefix = "Bearer ";
-  return value.rfind(prefix, 0) == 0 ? value.substr(prefix.size()) : value;
+  return std::string(it->second.data(), it->second.size());
 }
 
 AccessDecision CheckGrpcCaller(const grpc::ServerContext* ctx, const AccessPolicy& access,
@@ -43,7 +41,7 @@ AccessDecision CheckGrpcCaller(const grpc::ServerContext* ctx, const AccessPolic
       return d;
     }
   }
-  return access.Check(BearerToken(ctx), needed);
+  return access.CheckAuthorization(AuthorizationOf(ctx), needed);
 }
 
 grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, Role needed,
@@ -215,6 +213,10 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
                                         grpc::ServerWriter<v1::LogChunk>* writer) {
   ADCTL_AUTHORIZE(ctx, Role::kViewer);
+  if (req->tail_bytes() < 0) {
+    return ToGrpcStatus(InvalidArgument("tail_bytes: must be >= 0 (0: from the beginning), got " +
+                                        std::to_string(req->tail_bytes())));
+  }
   auto view = queries_->GetJob(req->job_id(), /*with_ranks=*/false);
   if (!view.ok()) return ToGrpcStatus(view.status());
   ADCTL_GRPC_RETURN_IF_ERROR(JobQueries::CheckRankLogRef(view->job, req->attempt(), req->rank()));
@@ -332,7 +334,7 @@ grpc::Status JobServiceImpl::ExportMotionModules(grpc::ServerContext* ctx,
                                                  v1::ExportMotionModulesResponse* resp) {
   Requester who;
   ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
-  auto exported = exports_->Export(req->job_id(), req->step(), req->format(), who);
+  auto exported = exports_->Export(req->job_id(), req->step(), req->format(), who, req->weights());
   if (!exported.ok()) return ToGrpcStatus(exported.status());
   MotionExportToProto(exported.value(), resp);
   return grpc::Status::OK;

@@ -65,8 +65,9 @@ class JobServiceImpl final : public v1::JobService::Service {
   const AccessPolicy* const access_;
 };
 
-// The bearer token of a call ("" when none).
-std::string BearerToken(const grpc::ServerContext* ctx);
+// The `authorization` metadata of a call as sent ("" when none); TokenOfAuthorization
+// (server/auth/access_policy.h) reads the token from it.
+std::string AuthorizationOf(const grpc::ServerContext* ctx);
 
 // `access`'s decision on a gRPC caller: its bearer token and, when the policy requires one, its
 // verified client certificate (mutual TLS). JobService and reflection ask this.

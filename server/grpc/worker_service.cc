@@ -7,21 +7,47 @@
 #include "common/worker_contract.h"
 #include "proto/grpc_status.h"
 #include "server/api/convert.h"
+#include "server/auth/access_policy.h"
 #include "server/grpc/job_service.h"
 
 namespace adctl {
 
-Status WorkerServiceImpl::Check(grpc::ServerContext* ctx, const v1::RankRef& ref) {
-  if (ref.job_id().empty()) return InvalidArgument("ref.job_id: required");
-  if (ref.attempt() < 1) return InvalidArgument("ref.attempt: must be >= 1");
-  if (ref.rank() < 0) return InvalidArgument("ref.rank: must be >= 0");
-  return hub_->Authorize(ref.job_id(), ref.attempt(), ref.rank(), BearerToken(ctx));
+// Returns Check's refusal of a call (its token, its rank reference) from the handler.
+#define ADCTL_RETURN_IF_REFUSED(check)   \
+  do {                                   \
+    grpc::Status checked_ = (check);     \
+    if (!checked_.ok()) return checked_; \
+  } while (0)
+
+grpc::Status WorkerServiceImpl::Check(grpc::ServerContext* ctx, const v1::RankRef& ref) {
+  // As JobService: no, a malformed or a wrong token is UNAUTHENTICATED; naming an attempt or
+  // rank the job does not have is PERMISSION_DENIED.
+  auto token = TokenOfAuthorization(AuthorizationOf(ctx));
+  if (!token.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, token.status().message());
+  }
+  if (token->empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "no token: a rank sends its own (ADCTL_TOKEN, as adctld launched it) as "
+                        "'authorization: Bearer <token>'");
+  }
+  if (ref.job_id().empty()) return ToGrpcStatus(InvalidArgument("ref.job_id: required"));
+  if (ref.attempt() < 1) return ToGrpcStatus(InvalidArgument("ref.attempt: must be >= 1"));
+  if (ref.rank() < 0) return ToGrpcStatus(InvalidArgument("ref.rank: must be >= 0"));
+  auto valid = hub_->Authorize(ref.job_id(), ref.attempt(), ref.rank(), token.value());
+  if (!valid.ok()) return ToGrpcStatus(valid.status());
+  if (!valid.value()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "job " + ref.job_id() + " attempt " + std::to_string(ref.attempt()) +
+                            " rank " + std::to_string(ref.rank()) + ": wrong or missing token");
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status WorkerServiceImpl::RegisterRank(grpc::ServerContext* ctx,
                                              const v1::RegisterRankRequest* req,
                                              v1::RegisterRankResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  ADCTL_RETURN_IF_REFUSED(Check(ctx, req->ref()));
   ADCTL_GRPC_RETURN_IF_ERROR(hub_->RegisterRank(req->ref().job_id(), req->ref().attempt(),
                                                 req->ref().rank(), req->world_size(), req->pid(),
                                                 req->host()));
@@ -31,7 +57,7 @@ grpc::Status WorkerServiceImpl::RegisterRank(grpc::ServerContext* ctx,
 
 grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetRequest* req,
                                       v1::KvSetResponse* /*resp*/) {
-  ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  ADCTL_RETURN_IF_REFUSED(Check(ctx, req->ref()));
   if (req->key().empty()) return ToGrpcStatus(InvalidArgument("key: required"));
   return ToGrpcStatus(
       hub_->KvSet(req->ref().job_id(), req->ref().attempt(), req->key(), req->value()));
@@ -39,7 +65,7 @@ grpc::Status WorkerServiceImpl::KvSet(grpc::ServerContext* ctx, const v1::KvSetR
 
 grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetRequest* req,
                                       v1::KvGetResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  ADCTL_RETURN_IF_REFUSED(Check(ctx, req->ref()));
   if (req->key().empty()) return ToGrpcStatus(InvalidArgument("key: required"));
   auto value =
       hub_->KvGet(req->ref().job_id(), req->ref().attempt(), req->key(), req->timeout_ms());
@@ -51,7 +77,7 @@ grpc::Status WorkerServiceImpl::KvGet(grpc::ServerContext* ctx, const v1::KvGetR
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
-  ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  ADCTL_RETURN_IF_REFUSED(Check(ctx, req->ref()));
   auto stop =
       hub_->Heartbeat(req->ref().job_id(), req->ref().attempt(), req->ref().rank(), req->pid());
   if (!stop.ok()) return ToGrpcStatus(stop.status());
@@ -63,7 +89,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::He
 grpc::Status WorkerServiceImpl::ReportMetrics(grpc::ServerContext* ctx,
                                               const v1::ReportMetricsRequest* req,
                                               v1::ReportMetricsResponse* /*resp*/) {
-  ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  ADCTL_RETURN_IF_REFUSED(Check(ctx, req->ref()));
   if (static_cast<size_t>(req->points_size()) > kMaxPointsPerReport) {
     return ToGrpcStatus(InvalidArgument(
         "ReportMetrics: " + std::to_string(req->points_size()) + " points in one call; at most " +
@@ -78,7 +104,7 @@ grpc::Status WorkerServiceImpl::ReportMetrics(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::ReportEvents(grpc::ServerContext* ctx,
                                              const v1::ReportEventsRequest* req,
                                              v1::ReportEventsResponse* /*resp*/) {
-  ADCTL_GRPC_RETURN_IF_ERROR(Check(ctx, req->ref()));
+  ADCTL_RETURN_IF_REFUSED(Check(ctx, req->ref()));
   return ToGrpcStatus(DeliverEvents(req->ref(), req->events()));
 }
 

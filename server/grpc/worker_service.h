@@ -33,7 +33,9 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                              int world_size);
 
  private:
-  Status Check(grpc::ServerContext* ctx, const v1::RankRef& ref);
+  // OK, UNAUTHENTICATED (no, a malformed or a wrong token), INVALID_ARGUMENT (the reference),
+  // or WorkerHub::Authorize's error.
+  grpc::Status Check(grpc::ServerContext* ctx, const v1::RankRef& ref);
   Status DeliverEvents(const v1::RankRef& ref,
                        const google::protobuf::RepeatedPtrField<v1::WorkerEvent>& events);
 

@@ -1,6 +1,7 @@
 #include "server/http/http_server.h"
 
 #include <httplib.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "server/api/convert.h"
@@ -73,6 +75,27 @@ const char* ContentTypeOf(const std::string& path) {
   return "application/octet-stream";
 }
 
+// 400 naming the first query parameter of `req` its route does not take (a typo would otherwise
+// be ignored silently), or one that only a list may repeat given twice.
+Status KnownParams(const httplib::Request& req, std::initializer_list<const char*> known,
+                   const char* repeatable = nullptr) {
+  for (const auto& [name, value] : req.params) {
+    const bool listed = std::any_of(known.begin(), known.end(),
+                                    [&name = name](const char* k) { return name == k; });
+    if (!listed) {
+      std::string takes;
+      for (const char* k : known) takes += (takes.empty() ? "" : ", ") + std::string(k);
+      return InvalidArgument(name + ": unknown parameter (" +
+                             (takes.empty() ? "this route takes none" : "known: " + takes) + ")");
+    }
+    if ((repeatable == nullptr || name != repeatable) && req.get_param_value_count(name) > 1) {
+      return InvalidArgument(name + ": given " + std::to_string(req.get_param_value_count(name)) +
+                             " times; give it once");
+    }
+  }
+  return Status::Ok();
+}
+
 // An integer query parameter in [min, max]; `fallback` when absent.
 Result<int64_t> IntParam(const httplib::Request& req, const std::string& name, int64_t fallback,
                          int64_t min, int64_t max) {
@@ -108,25 +131,36 @@ Result<std::optional<double>> OptionalSeconds(const nlohmann::json& body, const 
   return std::optional<double>(body[name].get<double>());
 }
 
-// The bearer token of a request ("" when none); `problem` says what is malformed.
-std::string Bearer(const httplib::Request& req, std::string* problem) {
-  const std::string header = req.get_header_value("Authorization");
-  if (header.empty()) return "";
-  const std::string prefix = "Bearer ";
-  if (header.rfind(prefix, 0) != 0) {
-    *problem = "Authorization: expected 'Bearer <token>'";
-    return "";
-  }
-  return header.substr(prefix.size());
-}
-
 // Who makes a command: the name of the token it carries (the pre-routing check let it in) and
 // whether it may act only on its own jobs.
 Requester Caller(const httplib::Request& req, const AccessPolicy* access) {
   if (access == nullptr || !access->enabled()) return {};
-  std::string problem;
-  const AccessDecision d = access->Check(Bearer(req, &problem), Role::kSubmitter);
+  const AccessDecision d =
+      access->CheckAuthorization(req.get_header_value("Authorization"), Role::kSubmitter);
   return Requester(d.who, d.own_jobs_only);
+}
+
+// cpp-httplib (Debian's, built with brotli) answers in brotli whenever a client accepts it
+// (browsers do), at brotli's default quality 11: 0.47 s of CPU for a 442 KB metrics answer,
+// against 0.017 s for gzip at 86 % of brotli's compression
+// (bench/results/compare_view_cpu_20261205.md). Taking `br` out of the request's
+// Accept-Encoding makes it choose gzip for every answer (JSON, /metrics, the page's files).
+// Handlers see the request as const; the object itself is httplib's own, not const, so the
+// header is rewritten in place before any handler reads it.
+void PreferGzip(const httplib::Request& req) {
+  auto& headers = const_cast<httplib::Request&>(req).headers;
+  auto it = headers.find("Accept-Encoding");
+  if (it == headers.end()) return;
+  std::string kept;
+  std::stringstream codings(it->second);
+  for (std::string coding; std::getline(codings, coding, ',');) {
+    const size_t begin = coding.find_first_not_of(" \t");
+    if (begin == std::string::npos) continue;
+    const std::string name = coding.substr(begin, coding.find_first_of(" \t;", begin) - begin);
+    if (strcasecmp(name.c_str(), "br") == 0) continue;
+    kept += (kept.empty() ? "" : ", ") + coding.substr(begin);
+  }
+  it->second = kept;
 }
 
 // A JSON array of metric points (adctl.v1.MetricPoint each).
@@ -188,6 +222,7 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
   s.set_pre_routing_handler(
       [this, check_tokens](const httplib::Request& req, httplib::Response& res) {
         if (req.method != "POST") guard_.RequestArrived(req);
+        PreferGzip(req);
         if (!check_tokens) return httplib::Server::HandlerResponse::Unhandled;
         {
           // The JSON API as JobService: reads need a viewer, commands (POST) a submitter; /metrics
@@ -199,15 +234,8 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
           }
           const Role needed =
               req.method == "GET" || req.method == "HEAD" ? Role::kViewer : Role::kSubmitter;
-          std::string problem;
-          const std::string token = Bearer(req, &problem);
-          AccessDecision d;
-          if (problem.empty()) {
-            d = options_.access->Check(token, needed);
-          } else {
-            d.kind = AccessDecision::Kind::kUnauthenticated;
-            d.message = problem;
-          }
+          const AccessDecision d =
+              options_.access->CheckAuthorization(req.get_header_value("Authorization"), needed);
           if (d.allowed()) return httplib::Server::HandlerResponse::Unhandled;
           if (d.kind == AccessDecision::Kind::kUnauthenticated) {
             res.set_header("WWW-Authenticate", "Bearer");
@@ -219,34 +247,46 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
         }
       });
   // Errors cpp-httplib answers itself under /api/ (no route, a malformed request) are JSON too.
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (req.path.rfind("/api/", 0) != 0 || !res.body.empty()) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        const std::string what = req.method + " " + req.path + ": ";
-        if (res.status == 404) {
-          SendError(res, 404, "NOT_FOUND", what + "no such API route");
-        } else if (res.status == 413) {
-          SendError(res, 413, "INVALID_ARGUMENT",
-                    what + "request body over " + std::to_string(kMaxBodyBytes) + " bytes");
-        } else if (res.status == 400) {
-          SendError(res, 400, "INVALID_ARGUMENT",
-                    what + "malformed request (a POST needs a body or Content-Length: 0)");
-        } else {
-          SendError(res, res.status, "ERROR", what + "HTTP " + std::to_string(res.status));
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                  httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string what = req.method + " " + req.path + ": ";
+    // A route that exists for other methods: 405 with the methods it takes.
+    if (const std::string allow = AllowedMethods(req.path); res.status == 404 && !allow.empty()) {
+      res.set_header("Allow", allow);
+      const std::string message = what + "this route takes " + allow;
+      if (req.path.rfind("/api/", 0) == 0) {
+        SendError(res, 405, "UNIMPLEMENTED", message);
+      } else {
+        res.status = 405;
+        res.set_content(message + "\n", "text/plain");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 404) {
+      SendError(res, 404, "NOT_FOUND", what + "no such API route");
+    } else if (res.status == 413) {
+      SendError(res, 413, "INVALID_ARGUMENT",
+                what + "request body over " + std::to_string(kMaxBodyBytes) + " bytes");
+    } else if (res.status == 400) {
+      SendError(res, 400, "INVALID_ARGUMENT",
+                what + "malformed request (a POST needs a body or Content-Length: 0)");
+    } else {
+      SendError(res, res.status, "ERROR", what + "HTTP " + std::to_string(res.status));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  Route(s, "GET", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Scrape(), kPrometheusContentType);
   });
-  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+  Route(s, "GET", "/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
   AddJobRoutes(s);
   AddCommandRoutes(s);
-  s.Get("/api/v1/devices", [this](const httplib::Request&, httplib::Response& res) {
+  Route(s, "GET", "/api/v1/devices", [this](const httplib::Request& req, httplib::Response& res) {
+    if (Status known = KnownParams(req, {}); !known.ok()) return SendError(res, known);
     v1::ListDevicesResponse out;
     for (const DeviceStatus& d : queries_->Devices()) DeviceToProto(d, out.add_devices());
     res.set_content(ToJson(out), "application/json");
@@ -276,15 +316,20 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
 }
 
 void HttpServer::AddJobRoutes(httplib::Server& s) {
-  s.Get("/api/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
+  Route(s, "GET", "/api/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
+    Status known = KnownParams(req, {"state", "page_size", "page_token"}, "state");
+    if (!known.ok()) return SendError(res, known);
+    // ?state=A&state=B: jobs in any of them, as JobService.ListJobs' repeated states.
     std::vector<JobState> states;
-    if (req.has_param("state")) {
-      auto st = JobStateFromName(req.get_param_value("state"));
-      if (!st) return SendError(res, InvalidArgument("state: unknown state"));
+    for (size_t i = 0; i < req.get_param_value_count("state"); ++i) {
+      const std::string name = req.get_param_value("state", i);
+      auto st = JobStateFromName(name);
+      if (!st) return SendError(res, InvalidArgument("state: unknown state '" + name + "'"));
       states.push_back(*st);
     }
-    // Paged as JobService.ListJobs: ?page_size=N (default 100, at most 1000)&page_token=T.
-    auto page_size = IntParam(req, "page_size", 0, 0, 1000);
+    // Paged as JobService.ListJobs, one rule for both (JobQueries::ListJobPage): ?page_size=N
+    // (0 or absent: 100; over 1000: 1000)&page_token=T.
+    auto page_size = IntParam(req, "page_size", 0, 0, std::numeric_limits<int32_t>::max());
     if (!page_size.ok()) return SendError(res, page_size.status());
     auto page = queries_->ListJobPage(states, static_cast<int>(page_size.value()),
                                       req.get_param_value("page_token"));
@@ -294,66 +339,86 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
     out.set_next_page_token(page->next_page_token);
     res.set_content(ToJson(out), "application/json");
   });
-  s.Get(R"(/api/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    auto job = queries_->GetJob(req.matches[1], /*with_ranks=*/true);
-    if (!job.ok()) return SendError(res, job.status());
-    v1::Job out;
-    JobViewToProto(job.value(), &out);
-    res.set_content(ToJson(out), "application/json");
-  });
-  s.Get(R"(/api/v1/jobs/([^/]+)/events)",
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+))",
         [this](const httplib::Request& req, httplib::Response& res) {
+          if (Status known = KnownParams(req, {}); !known.ok()) return SendError(res, known);
+          auto job = queries_->GetJob(req.matches[1], /*with_ranks=*/true);
+          if (!job.ok()) return SendError(res, job.status());
+          v1::Job out;
+          JobViewToProto(job.value(), &out);
+          res.set_content(ToJson(out), "application/json");
+        });
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/events)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          if (Status known = KnownParams(req, {}); !known.ok()) return SendError(res, known);
           auto events = queries_->ListEvents(req.matches[1]);
           if (!events.ok()) return SendError(res, events.status());
           v1::ListEventsResponse out;
           for (const EventRecord& e : events.value()) EventToProto(e, out.add_events());
           res.set_content(ToJson(out), "application/json");
         });
-  s.Get(R"(/api/v1/jobs/([^/]+)/metrics)", [this](const httplib::Request& req,
-                                                  httplib::Response& res) {
-    auto max_points =
-        IntParam(req, "max_points", kDefaultMetricPointsPerRank, 1, kMaxMetricPointsPerRank);
-    if (!max_points.ok()) return SendError(res, max_points.status());
-    auto after_id = IntParam(req, "after_id", 0, 0, std::numeric_limits<int64_t>::max());
-    if (!after_id.ok()) return SendError(res, after_id.status());
-    auto points = queries_->ListMetrics(req.matches[1], *after_id, static_cast<int>(*max_points));
-    if (!points.ok()) return SendError(res, points.status());
-    int64_t last_id = *after_id;
-    for (const MetricRecord& m : points.value()) last_id = std::max(last_id, m.id);
-    res.set_content("{\"points\": " + PointsArray(points.value()) +
-                        ", \"last_id\": " + std::to_string(last_id) + "}",
-                    "application/json");
-  });
-  s.Get(R"(/api/v1/jobs/([^/]+)/updates)", [this](const httplib::Request& req,
-                                                  httplib::Response& res) {
-    const int64_t max_id = std::numeric_limits<int64_t>::max();
-    auto after_event = IntParam(req, "after_event", 0, 0, max_id);
-    if (!after_event.ok()) return SendError(res, after_event.status());
-    auto after_metric = IntParam(req, "after_metric", 0, 0, max_id);
-    if (!after_metric.ok()) return SendError(res, after_metric.status());
-    auto timeout_ms = IntParam(req, "timeout_ms", kDefaultPollMs, 0, kMaxPollMs);
-    if (!timeout_ms.ok()) return SendError(res, timeout_ms.status());
-    if (!guard_.TryStartLongPoll()) {
-      res.set_header("Retry-After", "1");
-      return SendError(res, 503, "UNAVAILABLE",
-                       "too many long polls in flight; retry (or poll with timeout_ms=0)");
-    }
-    // A poll whose client left ends then, not at its timeout.
-    WatchCursor cursor{*after_event, *after_metric};
-    auto batch = queries_->WaitForUpdates(req.matches[1], &cursor, static_cast<int>(*timeout_ms),
-                                          [this] { return guard_.ClientGone(); });
-    guard_.EndLongPoll();
-    if (!batch.ok()) return SendError(res, batch.status());
-    v1::Job job;
-    JobViewToProto(batch->job, &job);
-    res.set_content("{\"job\": " + ToJson(job) + ", \"events\": " + EventsArray(batch->events) +
-                        ", \"points\": " + PointsArray(batch->metrics) +
-                        ", \"last_event\": " + std::to_string(cursor.last_event_id) +
-                        ", \"last_metric\": " + std::to_string(cursor.last_metric_id) + "}",
-                    "application/json");
-  });
-  s.Get(R"(/api/v1/jobs/([^/]+)/logs)",
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/metrics)",
         [this](const httplib::Request& req, httplib::Response& res) {
+          if (Status known = KnownParams(req, {"max_points", "after_id"}); !known.ok()) {
+            return SendError(res, known);
+          }
+          auto max_points =
+              IntParam(req, "max_points", kDefaultMetricPointsPerRank, 1, kMaxMetricPointsPerRank);
+          if (!max_points.ok()) return SendError(res, max_points.status());
+          auto after_id = IntParam(req, "after_id", 0, 0, std::numeric_limits<int64_t>::max());
+          if (!after_id.ok()) return SendError(res, after_id.status());
+          auto points =
+              queries_->ListMetrics(req.matches[1], *after_id, static_cast<int>(*max_points));
+          if (!points.ok()) return SendError(res, points.status());
+          int64_t last_id = *after_id;
+          for (const MetricRecord& m : points.value()) last_id = std::max(last_id, m.id);
+          res.set_content("{\"points\": " + PointsArray(points.value()) +
+                              ", \"last_id\": " + std::to_string(last_id) + "}",
+                          "application/json");
+        });
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/updates)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          Status known = KnownParams(req, {"after_event", "after_metric", "timeout_ms"});
+          if (!known.ok()) return SendError(res, known);
+          const int64_t max_id = std::numeric_limits<int64_t>::max();
+          auto after_event = IntParam(req, "after_event", 0, 0, max_id);
+          if (!after_event.ok()) return SendError(res, after_event.status());
+          auto after_metric = IntParam(req, "after_metric", 0, 0, max_id);
+          if (!after_metric.ok()) return SendError(res, after_metric.status());
+          auto timeout_ms = IntParam(req, "timeout_ms", kDefaultPollMs, 0, kMaxPollMs);
+          if (!timeout_ms.ok()) return SendError(res, timeout_ms.status());
+          if (!guard_.TryStartLongPoll()) {
+            res.set_header("Retry-After", "1");
+            return SendError(res, 503, "UNAVAILABLE",
+                             "too many long polls in flight; retry (or poll with timeout_ms=0)");
+          }
+          // A poll whose client left ends then, not at its timeout.
+          WatchCursor cursor{*after_event, *after_metric};
+          auto batch =
+              queries_->WaitForUpdates(req.matches[1], &cursor, static_cast<int>(*timeout_ms),
+                                       [this] { return guard_.ClientGone(); });
+          guard_.EndLongPoll();
+          if (!batch.ok()) return SendError(res, batch.status());
+          v1::Job job;
+          JobViewToProto(batch->job, &job);
+          res.set_content("{\"job\": " + ToJson(job) +
+                              ", \"events\": " + EventsArray(batch->events) +
+                              ", \"points\": " + PointsArray(batch->metrics) +
+                              ", \"last_event\": " + std::to_string(cursor.last_event_id) +
+                              ", \"last_metric\": " + std::to_string(cursor.last_metric_id) + "}",
+                          "application/json");
+        });
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/logs)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          Status known = KnownParams(req, {"rank", "attempt", "offset", "tail_bytes", "max_bytes"});
+          if (!known.ok()) return SendError(res, known);
+          // tail_bytes=N: the last N bytes (as StreamLogs' tail_bytes), instead of an offset.
+          auto tail_bytes = IntParam(req, "tail_bytes", 0, 0, std::numeric_limits<int64_t>::max());
+          if (!tail_bytes.ok()) return SendError(res, tail_bytes.status());
+          if (req.has_param("tail_bytes") && req.has_param("offset")) {
+            return SendError(res,
+                             InvalidArgument("tail_bytes: give offset or tail_bytes, not both"));
+          }
           auto view = queries_->GetJob(req.matches[1], /*with_ranks=*/false);
           if (!view.ok()) return SendError(res, view.status());
           const JobRecord& job = view->job;
@@ -375,8 +440,13 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
           if (chosen > 0) {
             LogRead read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), *offset,
                                                  static_cast<size_t>(*max_bytes));
-            // A log shorter than the offset was replaced (truncated): read it from the start.
             int64_t from = *offset;
+            if (read.exists && *tail_bytes > 0 && read.size > *tail_bytes) {
+              from = read.size - *tail_bytes;
+              read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), from,
+                                           static_cast<size_t>(*max_bytes));
+            }
+            // A log shorter than the offset was replaced (truncated): read it from the start.
             if (read.exists && read.size < from) {
               from = 0;
               read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), 0,
@@ -391,8 +461,9 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
           out["job_state"] = JobStateName(job.state);
           SendJson(res, out);
         });
-  s.Get(R"(/api/v1/jobs/([^/]+)/checkpoints)",
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/checkpoints)",
         [this](const httplib::Request& req, httplib::Response& res) {
+          if (Status known = KnownParams(req, {}); !known.ok()) return SendError(res, known);
           auto checkpoints = queries_->ListCheckpoints(req.matches[1]);
           if (!checkpoints.ok()) return SendError(res, checkpoints.status());
           v1::ListCheckpointsResponse out;
@@ -401,8 +472,9 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
           }
           res.set_content(ToJson(out), "application/json");
         });
-  s.Get(R"(/api/v1/jobs/([^/]+)/samples)",
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/samples)",
         [this](const httplib::Request& req, httplib::Response& res) {
+          if (Status known = KnownParams(req, {"step"}); !known.ok()) return SendError(res, known);
           auto step = IntParam(req, "step", 0, 0, std::numeric_limits<int64_t>::max());
           if (!step.ok()) return SendError(res, step.status());
           auto samples = queries_->ListSamples(req.matches[1], *step);
@@ -412,7 +484,7 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
           res.set_content(ToJson(out), "application/json");
         });
   // Artifact files (samples/…, export/…), streamed from disk.
-  s.Get(R"(/api/v1/jobs/([^/]+)/artifacts/(.+))",
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/artifacts/(.+))",
         [this](const httplib::Request& req, httplib::Response& res) {
           auto artifact = queries_->Artifact(req.matches[1], req.matches[2]);
           if (!artifact.ok()) return SendError(res, artifact.status());
@@ -438,57 +510,77 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
     JobToProto(job.value(), "", &out);
     res.set_content(ToJson(out), "application/json");
   };
-  s.Post(R"(/api/v1/jobs/([^/]+)/cancel)",
-         [this, reply](const httplib::Request& req, httplib::Response& res) {
-           guard_.RequestArrived(req);
-           auto body = JsonBody(req);
-           if (!body.ok()) return SendError(res, body.status());
-           auto grace = OptionalSeconds(*body, "grace_seconds");
-           if (!grace.ok()) return SendError(res, grace.status());
-           bool force = false;
-           if (body->contains("force")) {
-             if (!(*body)["force"].is_boolean()) {
-               return SendError(res, InvalidArgument("force: expected true or false"));
-             }
-             force = (*body)["force"].get<bool>();
-           }
-           reply(res, jobs_->Cancel(req.matches[1], *grace, force, Caller(req, options_.access)));
-         });
-  s.Post(R"(/api/v1/jobs/([^/]+)/pause)",
-         [this, reply](const httplib::Request& req, httplib::Response& res) {
-           guard_.RequestArrived(req);
-           auto body = JsonBody(req);
-           if (!body.ok()) return SendError(res, body.status());
-           auto grace = OptionalSeconds(*body, "grace_seconds");
-           if (!grace.ok()) return SendError(res, grace.status());
-           reply(res, jobs_->Pause(req.matches[1], *grace, Caller(req, options_.access)));
-         });
-  s.Post(R"(/api/v1/jobs/([^/]+)/resume)",
-         [this, reply](const httplib::Request& req, httplib::Response& res) {
-           guard_.RequestArrived(req);
-           auto body = JsonBody(req);
-           if (!body.ok()) return SendError(res, body.status());
-           std::optional<int> gpus;
-           if (body->contains("gpus")) {
-             if (!(*body)["gpus"].is_number_integer()) {
-               return SendError(res, InvalidArgument("gpus: expected an integer"));
-             }
-             gpus = (*body)["gpus"].get<int>();
-           }
-           reply(res, jobs_->Resume(req.matches[1], gpus, Caller(req, options_.access)));
-         });
-  s.Post(R"(/api/v1/jobs/([^/]+)/checkpoints/(\d{1,18})/(pin|unpin))",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           guard_.RequestArrived(req);
-           auto body = JsonBody(req);
-           if (!body.ok()) return SendError(res, body.status());
-           auto pins = jobs_->PinCheckpoint(req.matches[1], std::stoll(req.matches[2]),
-                                            req.matches[3] == "pin", Caller(req, options_.access));
-           if (!pins.ok()) return SendError(res, pins.status());
-           v1::PinCheckpointResponse out;
-           for (int64_t step : *pins) out.add_pinned_steps(step);
-           res.set_content(ToJson(out), "application/json");
-         });
+  Route(s, "POST", R"(/api/v1/jobs/([^/]+)/cancel)",
+        [this, reply](const httplib::Request& req, httplib::Response& res) {
+          guard_.RequestArrived(req);
+          auto body = JsonBody(req);
+          if (!body.ok()) return SendError(res, body.status());
+          auto grace = OptionalSeconds(*body, "grace_seconds");
+          if (!grace.ok()) return SendError(res, grace.status());
+          bool force = false;
+          if (body->contains("force")) {
+            if (!(*body)["force"].is_boolean()) {
+              return SendError(res, InvalidArgument("force: expected true or false"));
+            }
+            force = (*body)["force"].get<bool>();
+          }
+          reply(res, jobs_->Cancel(req.matches[1], *grace, force, Caller(req, options_.access)));
+        });
+  Route(s, "POST", R"(/api/v1/jobs/([^/]+)/pause)",
+        [this, reply](const httplib::Request& req, httplib::Response& res) {
+          guard_.RequestArrived(req);
+          auto body = JsonBody(req);
+          if (!body.ok()) return SendError(res, body.status());
+          auto grace = OptionalSeconds(*body, "grace_seconds");
+          if (!grace.ok()) return SendError(res, grace.status());
+          reply(res, jobs_->Pause(req.matches[1], *grace, Caller(req, options_.access)));
+        });
+  Route(s, "POST", R"(/api/v1/jobs/([^/]+)/resume)",
+        [this, reply](const httplib::Request& req, httplib::Response& res) {
+          guard_.RequestArrived(req);
+          auto body = JsonBody(req);
+          if (!body.ok()) return SendError(res, body.status());
+          std::optional<int> gpus;
+          if (body->contains("gpus")) {
+            if (!(*body)["gpus"].is_number_integer()) {
+              return SendError(res, InvalidArgument("gpus: expected an integer"));
+            }
+            gpus = (*body)["gpus"].get<int>();
+          }
+          reply(res, jobs_->Resume(req.matches[1], gpus, Caller(req, options_.access)));
+        });
+  Route(s, "POST", R"(/api/v1/jobs/([^/]+)/checkpoints/(\d{1,18})/(pin|unpin))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          guard_.RequestArrived(req);
+          auto body = JsonBody(req);
+          if (!body.ok()) return SendError(res, body.status());
+          auto pins = jobs_->PinCheckpoint(req.matches[1], std::stoll(req.matches[2]),
+                                           req.matches[3] == "pin", Caller(req, options_.access));
+          if (!pins.ok()) return SendError(res, pins.status());
+          v1::PinCheckpointResponse out;
+          for (int64_t step : *pins) out.add_pinned_steps(step);
+          res.set_content(ToJson(out), "application/json");
+        });
+}
+
+void HttpServer::Route(httplib::Server& s, const std::string& method, const std::string& pattern,
+                       std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+  routes_.emplace_back(method, std::regex(pattern));
+  if (method == "GET") {
+    s.Get(pattern, std::move(handler));
+  } else {
+    s.Post(pattern, std::move(handler));
+  }
+}
+
+std::string HttpServer::AllowedMethods(const std::string& path) const {
+  std::string allow;
+  for (const auto& [method, pattern] : routes_) {
+    if (!std::regex_match(path, pattern)) continue;
+    const std::string methods = method == "GET" ? "GET, HEAD" : method;
+    if (allow.find(methods) == std::string::npos) allow += (allow.empty() ? "" : ", ") + methods;
+  }
+  return allow;
 }
 
 void HttpServer::Stop() {

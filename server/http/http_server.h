@@ -1,6 +1,6 @@
 // adctld's HTTP side: /metrics (Prometheus text format), /healthz, the web page's static files
 // and the JSON API (docs/web.md has every endpoint with examples):
-//   GET  /api/v1/jobs[?state=RUNNING&page_size=N&page_token=T]
+//   GET  /api/v1/jobs[?state=RUNNING[&state=QUEUED…]&page_size=N&page_token=T]
 //                                         {"jobs": [...], "next_page_token"}  (adctl.v1.Job)
 //   GET  /api/v1/jobs/<id>                adctl.v1.Job (with its ranks)
 //   GET  /api/v1/jobs/<id>/events         {"events": [...]}
@@ -9,24 +9,29 @@
 //   GET  /api/v1/jobs/<id>/updates?after_event=E&after_metric=M[&timeout_ms=T]
 //                                         long poll: {"job", "events", "points", "last_event",
 //                                         "last_metric"} as soon as something is new, or at T
-//   GET  /api/v1/jobs/<id>/logs?rank=R[&attempt=A&offset=N&max_bytes=B]
+//   GET  /api/v1/jobs/<id>/logs?rank=R[&attempt=A&offset=N|tail_bytes=N&max_bytes=B]
 //                                         {"data", "offset", "next_offset", "size", ...}
 //   GET  /api/v1/jobs/<id>/checkpoints    {"checkpoints": [...]}
 //   GET  /api/v1/jobs/<id>/samples[?step=N]  {"samples": [...]}  (validation samples)
 //   GET  /api/v1/jobs/<id>/artifacts/<path>  a file under the job's samples/ or export/
 //   POST /api/v1/jobs/<id>/cancel|pause|resume  the JobService commands (JobManager); the job
 //   GET  /api/v1/devices                  {"devices": [...]}
-// Errors are {"error": CODE, "message": "..."} with 400 (bad parameter), 401 (no or unknown
-// token), 403 (a role too low), 404 (unknown job or route), 409 (wrong state for the command).
+// Errors are {"error": CODE, "message": "..."} with 400 (bad or unknown parameter), 401 (no,
+// malformed or unknown token), 403 (a role too low), 404 (unknown job or route), 405 (a route
+// of other methods, with `Allow`), 409 (wrong state for the command).
 // With tokens configured (server/auth/access_policy.h) every /api/ route needs
 // `Authorization: Bearer <token>` of a viewer (GET) or submitter (POST); /metrics and /healthz
 // too with metrics_need_token; the static files stay open.
 // Runs its own threads (cpp-httplib); Start/Stop from one thread.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "server/api/job_queries.h"
@@ -37,7 +42,9 @@
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace adctl {
 
@@ -65,6 +72,13 @@ class HttpServer {
  private:
   void AddJobRoutes(httplib::Server& s);
   void AddCommandRoutes(httplib::Server& s);
+  // Registers `handler` for `method` (GET or POST) on `pattern`, and records the route for
+  // AllowedMethods.
+  void Route(httplib::Server& s, const std::string& method, const std::string& pattern,
+             std::function<void(const httplib::Request&, httplib::Response&)> handler);
+  // The methods `path` has routes for ("GET, HEAD", "POST"; "" when none): a request with
+  // another method is answered 405 with them as `Allow`.
+  std::string AllowedMethods(const std::string& path) const;
 
   JobManager* const jobs_;
   const JobQueries* const queries_;
@@ -72,6 +86,8 @@ class HttpServer {
   const HttpOptions options_;
   ConnectionGuard guard_;  // before server_: its task queue's threads use it
   std::unique_ptr<httplib::Server> server_;
+  // Every route (method, path pattern), constant once Start has registered them.
+  std::vector<std::pair<std::string, std::regex>> routes_;
   std::thread thread_;
 };
 

@@ -346,6 +346,21 @@ void JobMetrics::OnRestart(const std::string& job_id) {
              [](prometheus::Counter& c) { c.Increment(); });
 }
 
+void JobMetrics::AddCountersAtZero(const JobRecord& j) {
+  // rate() and increase() need a series before its first increment: a job's counters exist,
+  // at 0, from its first scrape on (dashboards show 0, not "No data"); OnRestart and OnMetrics
+  // add to these same series.
+  const auto none = [](auto&) {};
+  WithSeries(restarts_, j.id, {{"job_id", j.id}}, none);
+  if (!Trains(j.id)) return;  // a preprocess job: no training series
+  WithSeries(step_duration_, j.id, {{"job_id", j.id}}, none, step_buckets_);
+  for (int rank = 0; rank < j.gpus; ++rank) {
+    const prometheus::Labels per_rank{{"job_id", j.id}, {"rank", std::to_string(rank)}};
+    WithSeries(data_wait_, j.id, per_rank, none);
+    WithSeries(allreduce_exposed_, j.id, per_rank, none);
+  }
+}
+
 void JobMetrics::OnJobFinished(const std::string& job_id, JobState /*state*/) {
   std::lock_guard<std::mutex> lock(mu_);
   finished_at_[job_id] = store_->clock()->Now();
@@ -406,6 +421,7 @@ std::string JobMetrics::Scrape() {
     WithSeries(job_info_, j.id,
                {{"job_id", j.id}, {"name", j.name}, {"trains", trains}, {"lora_rank", rank}},
                [](prometheus::Gauge& g) { g.Set(1); });
+    AddCountersAtZero(j);
   }
   std::function<std::vector<DeviceStatus>()> live;
   {

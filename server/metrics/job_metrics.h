@@ -62,6 +62,9 @@ class JobMetrics : public SupervisorObserver {
   // Whether the job trains (not a preprocess job), from its spec, cached.
   bool Trains(const std::string& job_id);
   void UpdateRankDevice(const MetricRecord& m);
+  // Creates job `j`'s counters (restarts; a training job's data wait and exposed all-reduce per
+  // rank, and its step-time histogram) at 0 where they do not exist yet.
+  void AddCountersAtZero(const JobRecord& j);
   // Removes a job's series of `family` with `labels` and forgets its remover; requires mu_.
   void RemoveSeries(prometheus::Family<prometheus::Gauge>& family, const std::string& job_id,
                     const prometheus::Labels& labels);

@@ -28,8 +28,8 @@ Status KeepAndRetry(Status stored, const std::string& what) {
 
 }  // namespace
 
-Status WorkerHub::Authorize(const std::string& job_id, int attempt, int rank,
-                            const std::string& token) {
+Result<bool> WorkerHub::Authorize(const std::string& job_id, int attempt, int rank,
+                                  const std::string& token) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
   const std::string which = "job " + job_id + " attempt " + std::to_string(attempt);
@@ -47,13 +47,12 @@ Status WorkerHub::Authorize(const std::string& job_id, int attempt, int rank,
   // A rank's token is its own (RankToken): one rank cannot report as another.
   if (token.empty() || a->token_sha256.empty() ||
       !SameSecret(Sha256Hex(token), Sha256Hex(RankToken(a->token_sha256, rank)))) {
-    return Status(StatusCode::kPermissionDenied,
-                  which + " rank " + std::to_string(rank) + ": wrong or missing token");
+    return false;
   }
   if (a->ended_at > 0 || attempt != job->attempt || IsTerminal(job->state)) {
     return FailedPrecondition(which + " has ended; its token is no longer accepted");
   }
-  return Status::Ok();
+  return true;
 }
 
 Result<JobRecord> WorkerHub::CurrentAttempt(const std::string& job_id, int attempt) {

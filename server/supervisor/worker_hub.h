@@ -32,10 +32,13 @@ class WorkerHub {
         heartbeat_interval_ms_(heartbeat_interval_ms),
         metrics_max_points_(metrics_max_points) {}
 
-  // `token` is the bearer token the rank presented: the one its attempt was launched with, for a
-  // rank of that attempt, while the attempt runs. PermissionDenied for a wrong token, attempt or
-  // rank; FailedPrecondition once the attempt has ended or was superseded.
-  Status Authorize(const std::string& job_id, int attempt, int rank, const std::string& token);
+  // Whether `token`, the bearer token the rank presented, is the one rank `rank` of `attempt`
+  // was launched with: false (the caller is not authenticated as that rank: the WorkerService
+  // answers UNAUTHENTICATED) for a missing or wrong token. Errors: NotFound for an unknown job,
+  // PermissionDenied for an attempt or rank the job does not have, FailedPrecondition once the
+  // attempt has ended or was superseded (its token is no longer accepted).
+  Result<bool> Authorize(const std::string& job_id, int attempt, int rank,
+                         const std::string& token);
   Status RegisterRank(const std::string& job_id, int attempt, int rank, int world_size, int pid,
                       const std::string& host);
   // Returns whether the rank must stop (pause/cancel), with the reason.

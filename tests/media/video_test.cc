@@ -344,6 +344,34 @@ TEST(VideoReaderErrorTest, TruncatedMpeg4StillReadsFramesBeforeTheCut) {
   EXPECT_EQ(last.error(), VideoError::kTruncated) << last.ToString();
 }
 
+// Whether a damaged file is usable is decided from the file, not from the frames a seed picks
+// (issue 35 item 6): the half-cut MPEG-4 above reads its first frames, yet is incomplete.
+TEST(VideoReaderErrorTest, CheckCompleteTellsACutFileFromTheFileAlone) {
+  TempDir dir;
+  std::string path = dir.file("whole.mp4");
+  Mp4Options options;
+  options.codec = Mp4Codec::kMpeg4;
+  ASSERT_TRUE(WriteMp4(path, TestClip(30, 64, 64), 12, options).ok());
+  VideoResult<VideoReader> whole = VideoReader::Open(path);
+  ASSERT_TRUE(whole.ok()) << whole.ToString();
+  VideoResult<int64_t> complete = whole->CheckComplete();
+  ASSERT_TRUE(complete.ok()) << complete.ToString();
+  EXPECT_EQ(*complete, 30);
+  EXPECT_TRUE(whole->ReadFrames({0, 29}).ok()) << "the reader still reads after the check";
+  std::string cut = dir.file("half.mp4");
+  CutInHalf(path, cut);
+  VideoResult<VideoReader> reader = VideoReader::Open(cut);
+  ASSERT_TRUE(reader.ok()) << reader.ToString();
+  for (int pass = 0; pass < 2; ++pass) {  // the same answer every time
+    VideoResult<int64_t> checked = reader->CheckComplete();
+    ASSERT_FALSE(checked.ok());
+    EXPECT_EQ(checked.error(), VideoError::kTruncated) << checked.ToString();
+    EXPECT_NE(checked.status().message().find("claims 30 frames"), std::string::npos)
+        << checked.ToString();
+  }
+  EXPECT_TRUE(reader->ReadFrames({0, 1, 2}).ok()) << "frames before the cut still decode";
+}
+
 TEST(VideoReaderErrorTest, EveryCutOfAFileFailsCleanly) {
   // Cut points across the whole file: each read either succeeds or returns a classified error.
   TempDir dir;

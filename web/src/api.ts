@@ -72,6 +72,26 @@ export interface MetricPoint {
   mfu_ratio: number;
   gpu_utilization: number; // 0..1; negative: not measured
   eval_loss?: number; // held-out loss at eval steps (issue 30); absent from older adctlds
+  samples_seen?: Int; // a preprocess rank: clips written so far
+  // A preprocess rank: videos its shards skipped so far, by reason.
+  videos_skipped_missing?: Int;
+  videos_skipped_unreadable?: Int;
+  videos_skipped_zero_frames?: Int;
+  videos_skipped_truncated?: Int;
+  videos_skipped_too_short?: Int;
+}
+
+export const SKIP_REASONS = ["missing", "unreadable", "zero_frames", "truncated", "too_short"] as const;
+
+// The videos a preprocess point says were skipped, by reason (absent fields: 0).
+export function skippedByReason(p: MetricPoint): Record<(typeof SKIP_REASONS)[number], number> {
+  return {
+    missing: num(p.videos_skipped_missing),
+    unreadable: num(p.videos_skipped_unreadable),
+    zero_frames: num(p.videos_skipped_zero_frames),
+    truncated: num(p.videos_skipped_truncated),
+    too_short: num(p.videos_skipped_too_short),
+  };
 }
 
 export interface Checkpoint {
@@ -90,6 +110,7 @@ export interface Sample {
   mp4: string;
   gif: string;
   on_disk: boolean;
+  render_seconds?: number; // this sample's rendering (sampling and its files)
 }
 
 export interface Updates {

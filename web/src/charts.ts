@@ -7,7 +7,7 @@
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 
-import { MetricPoint, num } from "./api";
+import { MetricPoint, num, skippedByReason } from "./api";
 
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
@@ -193,6 +193,17 @@ export const CHART_SPECS: ChartSpec[] = [
     title: "GPU utilisation (%; CPU share on CPU slots)",
     value: (p) => (p.gpu_utilization >= 0 ? p.gpu_utilization * 100 : null),
     unit: "%",
+  },
+];
+
+// A preprocess job's charts (it trains nothing: no loss, learning rate or MFU): how fast its
+// ranks turn videos into clips, and what they skip.
+export const PREPROCESS_SPECS: ChartSpec[] = [
+  { id: "videos", title: "Throughput (videos/s)", value: (p) => p.clips_per_second, unit: "videos/s" },
+  {
+    id: "skipped",
+    title: "Videos skipped (all reasons, so far)",
+    value: (p) => Object.values(skippedByReason(p)).reduce((a, b) => a + b, 0),
   },
 ];
 

@@ -3,8 +3,8 @@
 //
 // Live updates: one long poll (GET …/updates after the last event and metric ids) at a time;
 // each answer appends events and points. Logs are polled every 1.5 s while the job is live.
-import { api, ApiError, artifactUrl, Checkpoint, Job, JobEvent, num, Sample } from "./api";
-import { CHART_SPECS, RankChart } from "./charts";
+import { api, ApiError, artifactUrl, Checkpoint, Job, JobEvent, MetricPoint, num, Sample, SKIP_REASONS, skippedByReason } from "./api";
+import { CHART_SPECS, PREPROCESS_SPECS, RankChart } from "./charts";
 import { compareHash } from "./compare_view";
 import { bytes, el, fixed, gpusText, isLive, progressBar, stateBadge, stateName, time } from "./format";
 import { View } from "./jobs_view";
@@ -40,7 +40,12 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     pause: el("button", { id: "pause", type: "button" }, "Pause"),
     resume: el("button", { id: "resume", type: "button" }, "Resume"),
   };
-  const charts = CHART_SPECS.map((spec) => new RankChart(spec));
+  // A preprocess job's charts are its own (videos/s, skips); the training charts otherwise.
+  const trainingCharts = CHART_SPECS.map((spec) => new RankChart(spec));
+  const preprocessCharts = PREPROCESS_SPECS.map((spec) => new RankChart(spec));
+  let charts: RankChart[] = trainingCharts;
+  const chartsBox = el("div", { class: "charts" }, ...trainingCharts.map((c) => c.element));
+  const lastPoint = new Map<number, MetricPoint>(); // by rank: a preprocess job's latest counts
   const rankSelect = el("select", { id: "log-rank" });
   const logView = el("pre", { id: "log", class: "log" });
   const eventsBody = el("tbody");
@@ -57,7 +62,10 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     ),
     header,
     el("div", { class: "commands" }, buttons.cancel, buttons.pause, buttons.resume),
-    el("div", { class: "charts" }, ...charts.map((c) => c.element)),
+    chartsBox,
+    // Newest first, near the top: what a run's samples look like is what a user comes to see.
+    el("h3", {}, "Samples ", el("small", {}, "newest first; click one to enlarge")),
+    samplesList,
     el("h3", {}, "Logs ", el("label", {}, "rank ", rankSelect)),
     logView,
     el("h3", {}, "Events"),
@@ -69,25 +77,47 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
       el("thead", {}, headerRow("Step", "Attempt", "Size", "Written", "On disk", "Path")),
       checkpointsBody,
     ),
-    el("h3", {}, "Samples"),
-    samplesList,
   );
 
   const onResize = () => charts.forEach((c) => c.resize());
   window.addEventListener("resize", onResize);
 
+  const isPreprocess = (j: Job): boolean => j.trains === "preprocessing";
+
+  // What a preprocess job has done: clips written and videos skipped by reason, over its ranks.
+  function preprocessFields(): HTMLElement[] {
+    let clips = 0;
+    const skipped: Record<string, number> = {};
+    for (const p of lastPoint.values()) {
+      clips += num(p.samples_seen);
+      for (const [reason, n] of Object.entries(skippedByReason(p))) skipped[reason] = (skipped[reason] ?? 0) + n;
+    }
+    const reasons = SKIP_REASONS.filter((r) => skipped[r] > 0).map((r) => `${r} ${skipped[r]}`);
+    return [...field("Clips written", String(clips)), ...field("Videos skipped", reasons.length ? reasons.join(", ") : "none")];
+  }
+
   function renderHeader(j: Job): void {
     const p = j.progress;
+    const preprocess = isPreprocess(j);
+    if (preprocess && charts !== preprocessCharts) {
+      charts = preprocessCharts;
+      chartsBox.replaceChildren(...preprocessCharts.map((c) => c.element));
+    }
+    const trainingFields = preprocess
+      ? [...field("Videos/s", fixed(p?.clips_per_second ?? 0, 2)), ...preprocessFields()]
+      : [
+          ...field("Loss", p && num(p.step) ? p.loss.toFixed(4) : "–"),
+          ...field("Clips/s", fixed(p?.clips_per_second ?? 0, 2)),
+          ...field("MFU", p && p.mfu_ratio ? `${(p.mfu_ratio * 100).toFixed(1)} %` : "–"),
+        ];
     header.replaceChildren(
       el("h2", {}, `${j.name} `, el("small", {}, j.id), " ", stateBadge(j)),
       el(
         "dl",
         {},
         ...field("Trains", j.trains || "–"),
-        ...field("Progress", progressBar(j)),
-        ...field("Loss", p && num(p.step) ? p.loss.toFixed(4) : "–"),
-        ...field("Clips/s", fixed(p?.clips_per_second ?? 0, 2)),
-        ...field("MFU", p && p.mfu_ratio ? `${(p.mfu_ratio * 100).toFixed(1)} %` : "–"),
+        ...field(preprocess ? "Shards" : "Progress", progressBar(j)),
+        ...trainingFields,
         ...field("ETA", p && p.eta_seconds ? `${Math.round(p.eta_seconds)} s` : "–"),
         ...field("GPUs", gpusText(j)),
         ...field("Attempt", `${j.attempt} (restarts ${j.restarts}/${j.max_restarts})`),
@@ -139,18 +169,25 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     if (!list.length) checkpointsBody.append(el("tr", {}, el("td", { colspan: "6" }, "none yet")));
   }
 
+  // Figures by step, newest first (a new step's go in front; within a step, prompt order).
   const shownSamples = new Set<string>();
+  const sampleOrder = (s: Sample): number => -num(s.step) * 10_000 + s.index;
   function renderSamples(list: Sample[]): void {
     if (!list.length && !shownSamples.size) samplesList.replaceChildren("none (the spec's validation section renders them)");
-    for (const s of list) {
+    for (const s of [...list].sort((a, b) => sampleOrder(a) - sampleOrder(b))) {
       const key = `${num(s.step)}/${s.index}`;
       if (shownSamples.has(key) || !s.on_disk) continue;
       if (!shownSamples.size) samplesList.replaceChildren();
       shownSamples.add(key);
-      const figure = el("figure", {});
-      const caption = el("figcaption", {}, `step ${num(s.step)}: ${s.index < 0 ? "grid" : s.prompt} `);
+      const figure = el("figure", { "data-order": String(sampleOrder(s)), title: "click to enlarge" });
+      figure.addEventListener("click", (e) => {
+        if ((e.target as HTMLElement).tagName !== "A") figure.classList.toggle("enlarged");
+      });
+      const seconds = s.render_seconds ? ` (${s.render_seconds.toFixed(1)} s)` : "";
+      const caption = el("figcaption", {}, `step ${num(s.step)}: ${s.index < 0 ? "grid" : s.prompt}${seconds} `);
       figure.append(caption);
-      samplesList.append(figure);
+      const after = Array.from(samplesList.children).find((c) => Number((c as HTMLElement).dataset.order) > sampleOrder(s));
+      samplesList.insertBefore(figure, after ?? null);
       // The files come through fetch (they may need the token) as object URLs.
       void artifactUrl(id, s.gif).then((url) => figure.prepend(el("img", { src: url, alt: s.prompt })));
       void artifactUrl(id, s.mp4).then((url) =>
@@ -231,6 +268,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
       const [j, events, metrics] = await Promise.all([api.job(id), api.events(id), api.metrics(id, MAX_CHART_POINTS)]);
       if (stopped) return;
       job = j;
+      for (const p of metrics.points) lastPoint.set(p.rank, p);
       renderHeader(j);
       addEvents(events.events);
       for (const e of events.events) lastEvent = Math.max(lastEvent, num(e.id));
@@ -253,6 +291,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
         job = u.job;
         lastEvent = u.last_event;
         lastMetric = u.last_metric;
+        for (const p of u.points) lastPoint.set(p.rank, p);
         renderHeader(u.job);
         addEvents(u.events);
         if (u.points.length) {
@@ -281,7 +320,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
       abort.abort();
       clearTimeout(logTimer);
       window.removeEventListener("resize", onResize);
-      charts.forEach((c) => c.destroy());
+      [...trainingCharts, ...preprocessCharts].forEach((c) => c.destroy());
     },
   };
 }

@@ -256,7 +256,7 @@ class Preprocess {
   std::optional<Failure> CheckExistingCache() {
     if (Status made = MakePrivateDirectories((fs::path(out_) / kCacheShardDir).string());
         !made.ok()) {
-      return Failure{kExitDataError, "preprocess.output: " + made.message()};
+      return Failure{kExitStorageError, "preprocess.output: " + made.message()};
     }
     const fs::path settings_path = fs::path(out_) / "settings.json";
     if (fs::exists(settings_path)) {
@@ -284,7 +284,7 @@ class Preprocess {
       std::ofstream(settings_path.string() + ".tmp") << settings_.dump(2) << "\n";
       std::error_code ec;
       fs::rename(settings_path.string() + ".tmp", settings_path, ec);
-      if (ec) return Failure{kExitDataError, settings_path.string() + ": " + ec.message()};
+      if (ec) return Failure{kExitStorageError, settings_path.string() + ": " + ec.message()};
     }
     // Shards left by other settings (a settings.json deleted by hand) are refused too.
     for (int64_t s = 0; s < num_shards_; ++s) {
@@ -347,6 +347,12 @@ class Preprocess {
     if (!reader.ok()) {
       clip.skip_reason = VideoErrorName(reader.error());
       clip.skip_detail = ShortMessage(reader.status());
+      return clip;
+    }
+    // A damaged file is skipped whichever frames the seed would pick.
+    if (auto whole = reader->CheckComplete(); !whole.ok()) {
+      clip.skip_reason = VideoErrorName(whole.error());
+      clip.skip_detail = ShortMessage(whole.status());
       return clip;
     }
     const int64_t length = reader->info().num_frames;

@@ -230,7 +230,7 @@ void CoordinatorClient::OnSamples(const SamplesReport& r) {
     s->set_gif(f.gif);
     s->set_attempt(ref_.attempt());
     s->set_created_at(e.time());
-    s->set_render_seconds(r.seconds);
+    s->set_render_seconds(f.seconds > 0 ? f.seconds : r.seconds);
   }
   Enqueue(std::move(e), /*urgent=*/true);
 }

@@ -33,6 +33,7 @@ struct SampleFile {
   std::string prompt;
   std::string mp4;  // relative to the job directory
   std::string gif;
+  double seconds = 0;  // rendering it (the grid: the whole step's)
 };
 struct SamplesReport {
   int64_t step = 0;

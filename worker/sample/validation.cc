@@ -24,9 +24,11 @@ SamplesReport ToSamplesReport(const ValidationRender& render, const std::string&
   };
   SamplesReport report{render.step, render.seconds, render.dir, {}};
   for (const RenderedSample& s : render.samples) {
-    report.files.push_back({s.index, s.prompt, relative(s.mp4), relative(s.gif)});
+    report.files.push_back({s.index, s.prompt, relative(s.mp4), relative(s.gif), s.seconds});
   }
-  report.files.push_back({-1, "", relative(render.grid_mp4), relative(render.grid_gif)});
+  // The grid: the step's whole rendering.
+  report.files.push_back(
+      {-1, "", relative(render.grid_mp4), relative(render.grid_gif), render.seconds});
   return report;
 }
 
@@ -161,6 +163,7 @@ Result<ValidationRender> ValidationRenderer::Render(UNet3DImpl& unet, int64_t st
                                 {"prompt", s.prompt},
                                 {"mp4", fs::path(s.mp4).filename().string()},
                                 {"gif", fs::path(s.gif).filename().string()}});
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     out.samples.push_back(std::move(s));
   }
   if (was_training) unet.train();

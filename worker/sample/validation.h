@@ -30,6 +30,7 @@ struct RenderedSample {
   std::string prompt;
   std::string mp4;  // absolute paths
   std::string gif;
+  double seconds = 0;  // its sampling and files
 };
 
 struct ValidationRender {

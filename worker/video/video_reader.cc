@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "worker/video/ffmpeg_log.h"
 #include "worker/video/ffmpeg_util.h"
 
 namespace adctl {
@@ -74,6 +75,7 @@ VideoResult<std::unique_ptr<VideoReader::Impl>> VideoReader::OpenContexts(const 
     return Fail<ImplPtr>(VideoError::kMissing, path + ": no such file");
   if (S_ISDIR(st.st_mode)) return Fail<ImplPtr>(VideoError::kUnreadable, path + ": is a directory");
 
+  RouteFfmpegLogs();
   auto impl = std::make_unique<VideoReader::Impl>();
   AVFormatContext* format = nullptr;
   int rc = avformat_open_input(&format, path.c_str(), nullptr, nullptr);
@@ -169,6 +171,38 @@ VideoResult<VideoReader> VideoReader::Open(const std::string& path,
                                                         std::to_string(options.min_frames));
   }
   return reader;
+}
+
+VideoResult<int64_t> VideoReader::CheckComplete() {
+  if (!impl_->fresh) {
+    auto reopened = OpenContexts(path_, options_.threads);
+    if (!reopened.ok()) return {reopened.error(), reopened.status()};
+    impl_ = std::move(*reopened);
+  }
+  impl_->fresh = false;
+  ffmpeg::PacketPtr packet(av_packet_alloc());
+  int64_t packets = 0, corrupt = 0;
+  std::string read_error;
+  while (true) {
+    const int rc = av_read_frame(impl_->format.get(), packet.get());
+    if (rc < 0) {
+      if (rc != AVERROR_EOF) read_error = ffmpeg::ErrorText(rc);
+      break;
+    }
+    if (packet->stream_index == impl_->stream_index) {
+      ++packets;
+      if (packet->flags & AV_PKT_FLAG_CORRUPT) ++corrupt;
+    }
+    av_packet_unref(packet.get());
+  }
+  if (packets < info_.num_frames || corrupt > 0 || !read_error.empty()) {
+    return Fail<int64_t>(VideoError::kTruncated,
+                         path_ + ": the container claims " + std::to_string(info_.num_frames) +
+                             " frames, the file holds " + std::to_string(packets) +
+                             (corrupt > 0 ? " (" + std::to_string(corrupt) + " cut short)" : "") +
+                             (read_error.empty() ? "" : "; read error: " + read_error));
+  }
+  return packets;
 }
 
 VideoResult<RgbFrames> VideoReader::ReadAll() {

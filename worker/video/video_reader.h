@@ -67,6 +67,12 @@ class VideoReader {
   VideoResult<RgbFrames> ReadFrames(const std::vector<int64_t>& indices);
   // Every frame (0 .. num_frames - 1).
   VideoResult<RgbFrames> ReadAll();
+  // Whether the file holds every frame its container claims, told from the file alone
+  // (demuxing, no decoding): fewer video packets than num_frames, a packet cut short
+  // (AV_PKT_FLAG_CORRUPT) or a read error before the end is kTruncated (kDataLoss). Returns the
+  // packet count. Preprocessing asks before it samples, so whether a damaged file enters a
+  // cache does not depend on which frames the seed picks.
+  VideoResult<int64_t> CheckComplete();
 
  private:
   struct Impl;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 
+#include "worker/video/ffmpeg_log.h"
 #include "worker/video/ffmpeg_util.h"
 
 extern "C" {
@@ -51,6 +52,7 @@ Status Encode(const std::string& path, const RgbFrames& frames, EncoderSetup set
   auto fail = [&](const std::string& what, int rc) {
     return Internal(path + ": " + what + ": " + ffmpeg::ErrorText(rc));
   };
+  RouteFfmpegLogs();
   AVFormatContext* raw = nullptr;
   int rc = avformat_alloc_output_context2(&raw, nullptr, setup.muxer, path.c_str());
   if (rc < 0 || raw == nullptr) return fail(std::string("no ") + setup.muxer + " muxer", rc);

@@ -36,6 +36,9 @@ VideoResult<RgbFrames> VideoReader::ReadFrames(const std::vector<int64_t>&) {
 }
 
 VideoResult<RgbFrames> VideoReader::ReadAll() { return {VideoError::kUnreadable, NoFfmpeg(path_)}; }
+VideoResult<int64_t> VideoReader::CheckComplete() {
+  return {VideoError::kUnreadable, NoFfmpeg(path_)};
+}
 
 std::string DefaultMp4Encoder() { return ""; }
 
@@ -44,6 +47,10 @@ Status WriteMp4(const std::string& path, const RgbFrames&, double, const Mp4Opti
 }
 
 Status WriteGif(const std::string& path, const RgbFrames&, double) { return NoFfmpeg(path); }
+
+void RouteFfmpegLogs() {}
+
+int FfmpegLogLevel(int) { return 0; }
 
 void QuietFfmpegLogs() {}
 
