@@ -223,6 +223,15 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
       [this, check_tokens](const httplib::Request& req, httplib::Response& res) {
         if (req.method != "POST") guard_.RequestArrived(req);
         PreferGzip(req);
+        // A body over the limit is answered 413 before it is read (cpp-httplib's own check
+        // reads and drops it first, waiting out a client that never sends it).
+        if (req.get_header_value<uint64_t>("Content-Length") > kMaxBodyBytes) {
+          res.set_header("Connection", "close");
+          SendError(res, 413, "INVALID_ARGUMENT",
+                    req.method + " " + req.path + ": request body over " +
+                        std::to_string(kMaxBodyBytes) + " bytes");
+          return httplib::Server::HandlerResponse::Handled;
+        }
         if (!check_tokens) return httplib::Server::HandlerResponse::Unhandled;
         {
           // The JSON API as JobService: reads need a viewer, commands (POST) a submitter; /metrics
