@@ -400,8 +400,13 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
     std::cout << "Waiting:    "
               << (job.wait_reason().empty() ? "next scheduling pass" : job.wait_reason()) << "\n";
   }
-  std::cout << "Progress:   " << FormatProgress(job.progress());
-  if (job.progress().step() > 0) {
+  const bool preprocess = job.progress().has_preprocess();
+  if (preprocess) {
+    std::cout << "Progress:   " << PreprocessLine(job.progress().preprocess(), true);
+  } else {
+    std::cout << "Progress:   " << FormatProgress(job.progress());
+  }
+  if (job.progress().step() > 0 && !preprocess) {
     char buf[96];
     snprintf(buf, sizeof(buf), "  loss %.4f  %.2f clips/s  %.3f s/step", job.progress().loss(),
              job.progress().clips_per_second(), job.progress().step_seconds());
@@ -418,8 +423,18 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
              job.progress().eval_loss(), static_cast<long long>(job.progress().eval_step()));
     std::cout << buf;
   }
-  std::cout << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n"
-            << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
+  if (!preprocess) {  // a preprocess job writes a latent cache, not checkpoints
+    std::cout << "Checkpoint: step " << job.progress().last_checkpoint_step() << "\n";
+  }
+  if (job.progress().eta_seconds() > 0) {
+    std::cout << "ETA:        " << FormatDuration(job.progress().eta_seconds())
+              << (job.progress().validation_seconds() > 0
+                      ? " (validations included, " +
+                            FormatSeconds(job.progress().validation_seconds()) + " each)"
+                      : std::string())
+              << "\n";
+  }
+  std::cout << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
             << "Attempt:    " << job.attempt() << "  restarts " << job.restarts() << "/"
             << job.max_restarts() << "\n"
             << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago"
@@ -693,6 +708,23 @@ int Export(Client& c, const Globals& g, const std::string& job_id, const ExportA
   return 0;
 }
 
+int Exports(Client& c, const Globals& g, const std::string& job_id) {
+  v1::ListExportsRequest req;
+  req.set_job_id(job_id);
+  v1::ListExportsResponse resp;
+  if (int rc = c.Call(&Stub::ListExports, req, &resp); rc != 0) return rc;
+  if (PrintedAsJson(g, resp)) return 0;
+  Table t({"STEP", "WEIGHTS", "FORMAT", "SIZE", "FILES", "PATH"});
+  for (const auto& e : resp.exports()) {
+    int64_t bytes = 0;
+    for (const auto& f : e.files()) bytes += f.size_bytes();
+    t.Add({std::to_string(e.step()), e.weights(), e.format(), FormatBytes(bytes),
+           std::to_string(e.files_size()), e.path()});
+  }
+  std::cout << t.ToString();
+  return 0;
+}
+
 int Devices(Client& c, const Globals& g) {
   v1::ListDevicesResponse resp;
   if (int rc = c.Call(&Stub::ListDevices, v1::ListDevicesRequest(), &resp); rc != 0) return rc;
@@ -871,6 +903,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"raw", "ema"}))
       ->capture_default_str();
   export_cmd->callback(run([&](Client& c) { return Export(c, g, job_id, exp); }));
+
+  add_job_command("exports", "a job's exports (adctl export and the spec's export:)")
+      ->callback(run([&](Client& c) { return Exports(c, g, job_id); }));
 
   std::string other_job_id;
   auto* diff =

@@ -81,10 +81,41 @@ std::string FormatProgress(const v1::Progress& p) {
 
 bool Trains(const v1::Job& job) { return job.trains() != "preprocessing"; }
 
+std::string PreprocessLine(const v1::PreprocessProgress& p, bool with_reasons) {
+  v1::Progress shards;
+  shards.set_step(p.shards_written());
+  shards.set_total_steps(p.shards());
+  std::string line = "shards " + FormatProgress(shards) + ", " + std::to_string(p.clips_written()) +
+                     " clips written";
+  int64_t skipped = 0;
+  std::string reasons;
+  // In the order the worker names them (a map's order is alphabetical).
+  for (const char* reason : {"missing", "unreadable", "zero_frames", "truncated", "too_short"}) {
+    auto it = p.videos_skipped().find(reason);
+    if (it == p.videos_skipped().end() || it->second == 0) continue;
+    skipped += it->second;
+    reasons +=
+        (reasons.empty() ? "" : ", ") + std::string(reason) + " " + std::to_string(it->second);
+  }
+  line += ", " + std::to_string(skipped) + " skipped";
+  if (with_reasons && skipped > 0) line += " (" + reasons + ")";
+  if (p.videos_per_second() > 0) {
+    char buf[48];
+    snprintf(buf, sizeof(buf), ", %.2f videos/s", p.videos_per_second());
+    line += buf;
+  }
+  return line;
+}
+
 std::string ProgressLine(const v1::Job& job) {
   std::string line = job.id() + " " + StateName(job.state());
   const v1::Progress& p = job.progress();
-  if (p.step() > 0 || job.state() == v1::JOB_STATE_RUNNING) {
+  if (p.has_preprocess()) {
+    if (p.preprocess().shards() > 0 || job.state() == v1::JOB_STATE_RUNNING) {
+      line += " " + PreprocessLine(p.preprocess(), /*with_reasons=*/false);
+      if (p.eta_seconds() > 0) line += " ETA " + FormatDuration(p.eta_seconds());
+    }
+  } else if (p.step() > 0 || job.state() == v1::JOB_STATE_RUNNING) {
     line += " step " + FormatProgress(p);
     if (p.step() > 0) {
       char buf[96];

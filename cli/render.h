@@ -27,6 +27,9 @@ std::string FormatProgress(const v1::Progress& p);
 std::string ProgressLine(const v1::Job& job);
 // Whether `job` trains (and so has a loss and checkpoints): not a preprocess job.
 bool Trains(const v1::Job& job);
+// A preprocess job's own progress: "shards 7/8 (87%), 12 clips written, 3 skipped (missing 1,
+// truncated 2), 4.20 videos/s" (reasons with a count only; `with_reasons` false: the total).
+std::string PreprocessLine(const v1::PreprocessProgress& p, bool with_reasons);
 
 class Table {
  public:

@@ -124,6 +124,9 @@ void ForEachField(Spec& s, F&& f) {
   f("preprocess.vae_chunk", s.preprocess.vae_chunk);
   f("preprocess.min_frames", s.preprocess.min_frames);
   f("preprocess.max_clips", s.preprocess.max_clips);
+  f("preprocess.windows_per_video", s.preprocess.windows_per_video);
+  f("preprocess.window_placement", s.preprocess.window_placement);
+  f("preprocess.flip", s.preprocess.flip);
   f("train.max_steps", s.train.max_steps);
   f("train.batch_size", s.train.batch_size);
   f("train.grad_accum", s.train.grad_accum);
@@ -882,6 +885,12 @@ Status ValidateJobSpec(const JobSpec& s) {
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.vae_chunk", p.vae_chunk, 1));
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.min_frames", p.min_frames, 1));
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.max_clips", p.max_clips, 0));
+    ADCTL_RETURN_IF_ERROR(
+        Within<int64_t>("preprocess.windows_per_video", p.windows_per_video, 1, 64));
+    if (p.window_placement != "random" && p.window_placement != "uniform") {
+      return InvalidArgument("preprocess.window_placement: must be 'random' or 'uniform', got " +
+                             Show(p.window_placement));
+    }
   } else if (!s.preprocess.output.empty()) {
     return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
                            Show(s.preprocess.output));
@@ -1231,6 +1240,24 @@ std::string TrainsSummary(const JobSpec& spec) {
   return "MotionLoRA rank " + std::to_string(m.lora.rank) + ", alpha " + alpha + " (" + targets +
          "; scope " + Name(m.lora.scope) + ") on " + LoraBaseMotionModule(m) +
          (m.lora.init_from.empty() ? "" : ", from " + m.lora.init_from);
+}
+
+bool ValidationDue(const ValidationSpec& spec, int64_t step) {
+  if (spec.prompts.empty()) return false;
+  if (spec.every_steps > 0 && step % spec.every_steps == 0) return true;
+  return std::find(spec.at_steps.begin(), spec.at_steps.end(), step) != spec.at_steps.end();
+}
+
+int64_t ValidationsBetween(const ValidationSpec& spec, int64_t after, int64_t upto) {
+  if (spec.prompts.empty() || upto <= after) return 0;
+  int64_t n = spec.every_steps > 0 ? upto / spec.every_steps - after / spec.every_steps : 0;
+  std::set<int64_t> extra;  // at_steps not already counted, each once
+  for (int64_t step : spec.at_steps) {
+    if (step > after && step <= upto && (spec.every_steps <= 0 || step % spec.every_steps != 0)) {
+      extra.insert(step);
+    }
+  }
+  return n + static_cast<int64_t>(extra.size());
 }
 
 }  // namespace adctl

@@ -160,6 +160,14 @@ struct PreprocessSpec {
   int64_t vae_chunk = 16;                // frames per VAE encoder call
   int64_t min_frames = 1;                // shorter videos are skipped (counted as too_short)
   int64_t max_clips = 0;                 // 0: every CSV row; else the first N rows
+  // Clips per video: k windows of data.frames frames (worker/video/frame_sampling.h,
+  // WindowStarts), each a clip of the cache; random: AnimateDiff's start rule, seeded per
+  // window; uniform: evenly spaced over the video.
+  int64_t windows_per_video = 1;
+  std::string window_placement = "random";
+  // Also store each clip's horizontally flipped latents (the frames flipped before encoding);
+  // training draws one of the two per draw.
+  bool flip = false;
 };
 
 // An exponential moving average of the trained weights (worker/train/ema.h) by diffusers
@@ -264,6 +272,11 @@ struct ValidationSpec {
   int64_t decode_chunk = 16;    // frames per VAE decode call
   std::string weights = "raw";  // raw | ema (train.ema's average)
 };
+
+// Whether the validation section renders after `step` finished steps (every_steps, at_steps).
+bool ValidationDue(const ValidationSpec& spec, int64_t step);
+// How many validations render after steps in (after, upto]: what is left of a job's renders.
+int64_t ValidationsBetween(const ValidationSpec& spec, int64_t after, int64_t upto);
 
 // Motion modules written at the end of a job for the inference tools (adctl export does the
 // same on demand): "diffusers" (MotionAdapter folder) and/or "animatediff" (one .safetensors

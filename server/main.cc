@@ -609,6 +609,7 @@ int main(int argc, char** argv) {
   http_options.tls_cert = tls_cert;
   http_options.tls_key = tls_key;
   http_options.tls_client_ca = tls_client_ca;
+  http_options.exports = &exports;
   adctl::HttpServer http_server(&supervisor.jobs(), &queries, &metrics, http_options);
   std::string http_address;
   if (!http.empty()) {

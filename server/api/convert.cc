@@ -42,16 +42,24 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_learning_rate(job.progress.learning_rate);
   p->set_eval_loss(job.progress.eval_loss);
   p->set_eval_step(job.progress.eval_step);
+  p->set_validation_seconds(job.progress.validation_seconds);
   p->set_step_seconds(job.progress.step_seconds);
+  auto spec = ParseJobSpec(job.spec_yaml);
   if (!IsTerminal(job.state)) {
-    p->set_eta_seconds(
-        EtaSeconds(job.progress.step, job.progress.total_steps, job.progress.step_seconds));
+    double eta = EtaSeconds(job.progress.step, job.progress.total_steps, job.progress.step_seconds);
+    // The validations still to render, each as long as the latest one took.
+    if (eta > 0 && spec.ok() && job.progress.validation_seconds > 0) {
+      eta += job.progress.validation_seconds *
+             static_cast<double>(
+                 ValidationsBetween(spec->validation, job.progress.step, job.progress.total_steps));
+    }
+    p->set_eta_seconds(eta);
   }
   p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
   p->set_updated_at(job.progress.updated_at);
   out->set_launcher(job.launcher);
   out->set_submitted_by(job.submitted_by);
-  if (auto spec = ParseJobSpec(job.spec_yaml); spec.ok()) out->set_trains(TrainsSummary(*spec));
+  if (spec.ok()) out->set_trains(TrainsSummary(*spec));
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }
 
@@ -106,6 +114,16 @@ void JobViewToProto(const JobView& view, v1::Job* out) {
     c->set_state(view.cluster.state);
     c->set_nodes(view.cluster.nodes);
     c->set_reason(view.cluster.reason);
+  }
+  if (view.preprocess) {
+    v1::PreprocessProgress* p = out->mutable_progress()->mutable_preprocess();
+    p->set_shards_written(view.preprocess->shards_written);
+    p->set_shards(view.preprocess->shards);
+    p->set_clips_written(view.preprocess->clips_written);
+    for (const auto& [reason, n] : view.preprocess->videos_skipped) {
+      (*p->mutable_videos_skipped())[reason] = n;
+    }
+    p->set_videos_per_second(view.preprocess->videos_per_second);
   }
 }
 
@@ -173,6 +191,19 @@ void MotionExportToProto(const MotionExport& e, v1::ExportMotionModulesResponse*
   out->set_path(e.relative);
   out->set_motion_norm(e.motion_norm);
   out->set_created(e.created);
+  for (const ArtifactView& f : e.files) {
+    v1::ArtifactFile* file = out->add_files();
+    file->set_path(f.relative);
+    file->set_size_bytes(f.size_bytes);
+  }
+}
+
+void ExportToProto(const MotionExport& e, v1::Export* out) {
+  out->set_step(e.step);
+  out->set_format(ExportFormatName(e.format));
+  out->set_weights(e.weights);
+  out->set_path(e.relative);
+  out->set_created_at(e.created_at);
   for (const ArtifactView& f : e.files) {
     v1::ArtifactFile* file = out->add_files();
     file->set_path(f.relative);

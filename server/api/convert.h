@@ -29,6 +29,8 @@ void DeviceToProto(const DeviceStatus& device, v1::Device* out);
 void SampleToProto(const SampleView& sample, v1::Sample* out);
 SampleRecord SampleFromProto(const v1::Sample& sample);
 void MotionExportToProto(const MotionExport& exported, v1::ExportMotionModulesResponse* out);
+// One export of ListExports (and GET /api/v1/jobs/{id}/exports).
+void ExportToProto(const MotionExport& exported, v1::Export* out);
 // A message as JSON with the proto field names and every field printed (the HTTP API).
 std::string ToJson(const google::protobuf::Message& message);
 

@@ -9,6 +9,8 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/job_layout.h"
+#include "common/job_spec.h"
+#include "common/metric_values.h"
 
 namespace adctl {
 
@@ -40,6 +42,23 @@ Result<JobView> JobQueries::GetJob(const std::string& job_id, bool with_ranks) c
       }
       view.ranks = std::move(ranks.value());
     }
+  }
+  if (auto spec = ParseJobSpec(view.job.spec_yaml);
+      spec.ok() && spec->kind == JobKind::kPreprocess) {
+    PreprocessView p;
+    MetricValues none;
+    ForEachVideoSkipCount(none, [&](const char* reason, int64_t) { p.videos_skipped[reason] = 0; });
+    if (auto latest = store_->LatestMetricsPerRank(job_id); latest.ok()) {
+      for (const MetricRecord& m : latest.value()) {
+        p.shards_written += m.step;
+        p.shards += m.total_steps;
+        p.clips_written += m.samples_seen;
+        ForEachVideoSkipCount(
+            m, [&](const char* reason, int64_t n) { p.videos_skipped[reason] += n; });
+        if (m.rank == 0) p.videos_per_second = m.clips_per_second;
+      }
+    }
+    view.preprocess = std::move(p);
   }
   return view;
 }

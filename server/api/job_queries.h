@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,22 @@
 
 namespace adctl {
 
+// Where a preprocess job stands, summed over its ranks' newest points (v1::PreprocessProgress).
+struct PreprocessView {
+  int64_t shards_written = 0;
+  int64_t shards = 0;
+  int64_t clips_written = 0;
+  std::map<std::string, int64_t> videos_skipped;  // every reason, zeros too
+  double videos_per_second = 0;                   // rank 0's latest (all ranks)
+};
+
 struct JobView {
   JobRecord job;
-  std::string wait_reason;         // why a QUEUED job waits ("" otherwise)
-  std::vector<RankRecord> ranks;   // the current attempt's ranks (with_ranks only)
-  std::map<int, bool> rank_alive;  // rank → process alive
-  ClusterJobInfo cluster;          // slurm jobs (GetJob): the batch job as last polled
+  std::optional<PreprocessView> preprocess;  // GetJob of a preprocess job
+  std::string wait_reason;                   // why a QUEUED job waits ("" otherwise)
+  std::vector<RankRecord> ranks;             // the current attempt's ranks (with_ranks only)
+  std::map<int, bool> rank_alive;            // rank → process alive
+  ClusterJobInfo cluster;                    // slurm jobs (GetJob): the batch job as last polled
 };
 
 // A checkpoint as the store recorded it, as found on disk, or both.

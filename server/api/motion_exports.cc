@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "common/checkpoint_dir.h"
@@ -171,6 +172,59 @@ Result<MotionExport> MotionExports::Export(const std::string& job_id, int64_t st
           result.relative + ")");
   if (!noted.ok()) spdlog::warn("job {}: the export's event: {}", job_id, noted.message());
   return result;
+}
+
+Result<std::vector<MotionExport>> MotionExports::List(const std::string& job_id) const {
+  auto job = queries_->GetJob(job_id, /*with_ranks=*/false);
+  if (!job.ok()) return job.status();
+  const JobLayout layout(job->job.job_dir);
+  const fs::path root = layout.exports();
+  std::vector<MotionExport> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    // step-N or step-N-ema; anything else there (a user's file) is not an export.
+    std::string name = it->path().filename().string();
+    const bool ema = name.size() > 4 && name.compare(name.size() - 4, 4, "-ema") == 0;
+    if (ema) name.resize(name.size() - 4);
+    if (name.rfind("step-", 0) != 0 || name.size() == 5 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos || name.size() > 23) {
+      continue;
+    }
+    const int64_t step = std::stoll(name.substr(5));
+    for (ExportFormat format :
+         {ExportFormat::kDiffusers, ExportFormat::kAnimateDiff, ExportFormat::kDiffusersLora,
+          ExportFormat::kAnimateDiffLora, ExportFormat::kMerged}) {
+      const fs::path at = it->path() / ExportFileName(format);
+      std::error_code exists_ec;
+      if (!fs::exists(at, exists_ec)) continue;
+      MotionExport e;
+      e.step = step;
+      e.format = format;
+      e.weights = ema ? "ema" : "raw";
+      e.relative = at.lexically_relative(layout.dir()).generic_string();
+      if (auto norm = RecordedMotionNorm(ExportedNormFile(format, at.string())); norm.ok()) {
+        e.motion_norm = *norm;
+      }
+      auto files = FilesOf(layout.dir(), at.string());
+      if (!files.ok()) return files.status();
+      e.files = std::move(files.value());
+      const auto mtime = fs::last_write_time(at, exists_ec);
+      if (!exists_ec) {
+        // C++17 has no clock_cast: the file clock's distance from now, on the system clock.
+        const auto system = std::chrono::system_clock::now() +
+                            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                mtime - fs::file_time_type::clock::now());
+        e.created_at = std::chrono::duration<double>(system.time_since_epoch()).count();
+      }
+      out.push_back(std::move(e));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const MotionExport& a, const MotionExport& b) {
+    if (a.step != b.step) return a.step > b.step;
+    if (a.weights != b.weights) return a.weights > b.weights;  // "raw" before "ema"
+    return std::string(ExportFormatName(a.format)) < ExportFormatName(b.format);
+  });
+  return out;
 }
 
 }  // namespace adctl

@@ -24,7 +24,9 @@ struct MotionExport {
   std::string relative;     // the export's path relative to the job directory
   std::string motion_norm;  // the GroupNorm scope it records
   std::vector<ArtifactView> files;
-  bool created = false;  // false: reused
+  bool created = false;         // false: reused
+  std::string weights = "raw";  // "raw" | "ema"
+  double created_at = 0;        // List: the export's modification time (unix seconds)
 };
 
 class MotionExports {
@@ -42,6 +44,10 @@ class MotionExports {
   // its checkpoint since; a removed step's NotFound names the exports of that step that exist.
   Result<MotionExport> Export(const std::string& job_id, int64_t step, const std::string& format,
                               const Requester& by = {}, const std::string& weights = "raw");
+
+  // The exports under the job's export/ folder (step-N/ and step-N-ema/, each format found
+  // there), newest step first, raw before ema, then by format name. Anyone who may read the job.
+  Result<std::vector<MotionExport>> List(const std::string& job_id) const;
 
  private:
   const JobQueries* const queries_;

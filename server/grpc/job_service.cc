@@ -340,6 +340,16 @@ grpc::Status JobServiceImpl::ExportMotionModules(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::ListExports(grpc::ServerContext* ctx,
+                                         const v1::ListExportsRequest* req,
+                                         v1::ListExportsResponse* resp) {
+  ADCTL_AUTHORIZE(ctx, Role::kViewer);
+  auto exports = exports_->List(req->job_id());
+  if (!exports.ok()) return ToGrpcStatus(exports.status());
+  for (const MotionExport& e : exports.value()) ExportToProto(e, resp->add_exports());
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::ReadArtifact(grpc::ServerContext* ctx,
                                           const v1::ReadArtifactRequest* req,
                                           grpc::ServerWriter<v1::ArtifactChunk>* writer) {

@@ -50,6 +50,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status ExportMotionModules(grpc::ServerContext* ctx,
                                    const v1::ExportMotionModulesRequest* req,
                                    v1::ExportMotionModulesResponse* resp) override;
+  grpc::Status ListExports(grpc::ServerContext* ctx, const v1::ListExportsRequest* req,
+                           v1::ListExportsResponse* resp) override;
   grpc::Status ReadArtifact(grpc::ServerContext* ctx, const v1::ReadArtifactRequest* req,
                             grpc::ServerWriter<v1::ArtifactChunk>* writer) override;
 

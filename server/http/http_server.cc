@@ -492,6 +492,18 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
           for (const SampleView& v : samples.value()) SampleToProto(v, out.add_samples());
           res.set_content(ToJson(out), "application/json");
         });
+  Route(s, "GET", R"(/api/v1/jobs/([^/]+)/exports)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          if (Status known = KnownParams(req, {}); !known.ok()) return SendError(res, known);
+          if (options_.exports == nullptr) {
+            return SendError(res, Internal("exports are not served by this adctld"));
+          }
+          auto exports = options_.exports->List(req.matches[1]);
+          if (!exports.ok()) return SendError(res, exports.status());
+          v1::ListExportsResponse out;
+          for (const MotionExport& e : exports.value()) ExportToProto(e, out.add_exports());
+          res.set_content(ToJson(out), "application/json");
+        });
   // Artifact files (samples/…, export/…), streamed from disk.
   Route(s, "GET", R"(/api/v1/jobs/([^/]+)/artifacts/(.+))",
         [this](const httplib::Request& req, httplib::Response& res) {

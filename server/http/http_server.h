@@ -13,6 +13,7 @@
 //                                         {"data", "offset", "next_offset", "size", ...}
 //   GET  /api/v1/jobs/<id>/checkpoints    {"checkpoints": [...]}
 //   GET  /api/v1/jobs/<id>/samples[?step=N]  {"samples": [...]}  (validation samples)
+//   GET  /api/v1/jobs/<id>/exports        {"exports": [...]}  (adctl export's, newest first)
 //   GET  /api/v1/jobs/<id>/artifacts/<path>  a file under the job's samples/ or export/
 //   POST /api/v1/jobs/<id>/cancel|pause|resume  the JobService commands (JobManager); the job
 //   GET  /api/v1/devices                  {"devices": [...]}
@@ -35,6 +36,7 @@
 
 #include "common/status.h"
 #include "server/api/job_queries.h"
+#include "server/api/motion_exports.h"
 #include "server/auth/access_policy.h"
 #include "server/http/connection_guard.h"
 #include "server/metrics/job_metrics.h"
@@ -57,6 +59,8 @@ struct HttpOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   // Slow clients, connections and long polls (connection_guard.h).
   ConnectionGuardOptions connections;
+  // The jobs' exports (GET …/exports); null: that route answers 500.
+  const MotionExports* exports = nullptr;
 };
 
 class HttpServer {

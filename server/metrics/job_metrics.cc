@@ -109,6 +109,23 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                           .Help("Videos a preprocess rank's shards skipped so far, by reason "
                                 "(missing, unreadable, zero_frames, truncated, too_short).")
                           .Register(*registry_)),
+      shards_written_(BuildGauge()
+                          .Name("adctl_preprocess_shards_written")
+                          .Help("Cache shards a preprocess rank has written (every attempt).")
+                          .Register(*registry_)),
+      shards_(BuildGauge()
+                  .Name("adctl_preprocess_shards")
+                  .Help("Cache shards a preprocess rank writes in all.")
+                  .Register(*registry_)),
+      clips_written_(BuildGauge()
+                         .Name("adctl_preprocess_clips_written")
+                         .Help("Videos a preprocess rank has cached as clips (every attempt).")
+                         .Register(*registry_)),
+      videos_per_second_(BuildGauge()
+                             .Name("adctl_preprocess_videos_per_second")
+                             .Help("Videos a preprocess job decodes per second, cached or "
+                                   "skipped, all ranks (rank 0's latest shard).")
+                             .Register(*registry_)),
       peak_memory_(BuildGauge()
                        .Name("adctl_train_peak_memory_bytes")
                        .Help("Device memory high-water mark of a rank.")
@@ -285,21 +302,29 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
     const auto add = [](double v) {
       return [v](prometheus::Counter& c) { c.Increment(std::max(0.0, v)); };
     };
+    if (!Trains(m.job_id)) {
+      // A preprocess rank trains nothing: its own series, no adctl_train_* ones.
+      WithSeries(shards_written_, m.job_id, per_rank, set(static_cast<double>(m.step)));
+      WithSeries(shards_, m.job_id, per_rank, set(static_cast<double>(m.total_steps)));
+      WithSeries(clips_written_, m.job_id, per_rank, set(static_cast<double>(m.samples_seen)));
+      // Every reason from the first point, zeros too: the skip rate is defined from the start.
+      ForEachVideoSkipCount(m, [&](const char* reason, int64_t n) {
+        prometheus::Labels labels = per_rank;
+        labels["reason"] = reason;
+        WithSeries(videos_skipped_, m.job_id, labels, set(static_cast<double>(n)));
+      });
+      UpdateRankDevice(m);
+      if (m.rank == 0 && m.clips_per_second > 0) {
+        WithSeries(videos_per_second_, m.job_id, {{"job_id", m.job_id}}, set(m.clips_per_second));
+      }
+      continue;
+    }
     WithSeries(data_wait_, m.job_id, per_rank, add(m.data_wait_seconds));
     WithSeries(allreduce_exposed_, m.job_id, per_rank, add(m.allreduce_exposed_seconds));
     if (m.peak_memory_bytes > 0) {
       WithSeries(peak_memory_, m.job_id, per_rank, set(static_cast<double>(m.peak_memory_bytes)));
     }
     UpdateRankDevice(m);
-    int64_t skipped = 0;
-    ForEachVideoSkipCount(m, [&](const char*, int64_t n) { skipped += n; });
-    if (skipped > 0) {  // preprocess ranks that skipped something: every reason, zeros too
-      ForEachVideoSkipCount(m, [&](const char* reason, int64_t n) {
-        prometheus::Labels labels = per_rank;
-        labels["reason"] = reason;
-        WithSeries(videos_skipped_, m.job_id, labels, set(static_cast<double>(n)));
-      });
-    }
     if (m.rank != 0) continue;
     const prometheus::Labels job{{"job_id", m.job_id}};
     if (m.eval_loss >= 0) {
@@ -309,14 +334,6 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
         WithSeries(eval_loss_, m.job_id, {{"job_id", m.job_id}, {"timestep", std::to_string(t)}},
                    set(loss));
       }
-    }
-    // A preprocess rank trains nothing: no loss or learning rate series (its skip counts and
-    // throughput say how it goes).
-    if (!Trains(m.job_id)) {
-      WithSeries(global_step_, m.job_id, job, set(static_cast<double>(m.step)));
-      WithSeries(total_steps_, m.job_id, job, set(static_cast<double>(m.total_steps)));
-      WithSeries(clips_per_second_, m.job_id, job, set(m.clips_per_second));
-      continue;
     }
     WithSeries(loss_, m.job_id, job, set(m.loss));
     WithSeries(learning_rate_, m.job_id, job, set(m.learning_rate));

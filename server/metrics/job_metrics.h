@@ -88,6 +88,10 @@ class JobMetrics : public SupervisorObserver {
   prometheus::Family<prometheus::Counter>& data_wait_;
   prometheus::Family<prometheus::Counter>& allreduce_exposed_;
   prometheus::Family<prometheus::Gauge>& videos_skipped_;
+  prometheus::Family<prometheus::Gauge>& shards_written_;
+  prometheus::Family<prometheus::Gauge>& shards_;
+  prometheus::Family<prometheus::Gauge>& clips_written_;
+  prometheus::Family<prometheus::Gauge>& videos_per_second_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& checkpoint_last_success_;
   prometheus::Family<prometheus::Gauge>& checkpoint_size_;

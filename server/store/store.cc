@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -220,6 +222,11 @@ ALTER TABLE jobs ADD COLUMN learning_rate REAL NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN eval_loss REAL NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN eval_step INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 14: how long the job's latest validation took to render (its samples' seconds), for the
+    // ETA.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN validation_seconds REAL NOT NULL DEFAULT 0;
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -338,7 +345,8 @@ const char kJobColumns[] =
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
     "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
     "rendezvous_timeout_seconds, launcher, submitted_by, learning_rate, eval_loss, eval_step, "
-    "COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
+    "validation_seconds, COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = "
+    "jobs.id AND "
     "attempts.attempt = jobs.attempt), '')";
 
 // MetricValues::eval_by_timestep in its TEXT column: [[timestep, loss], ...]; "" for none.
@@ -399,7 +407,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.progress.learning_rate = s.Double(32);
   j.progress.eval_loss = s.Double(33);
   j.progress.eval_step = s.Int(34);
-  j.cluster_job = s.Text(35);
+  j.progress.validation_seconds = s.Double(35);
+  j.cluster_job = s.Text(36);
   return j;
 }
 
@@ -909,20 +918,17 @@ Result<int64_t> Store::ThinMetrics(int64_t max_per_rank) {
   return removed;
 }
 
-Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, int64_t after_id,
-                                                     std::optional<int> rank, int limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+namespace {
+
+// The metric columns Store reads, after "SELECT id, attempt, rank, eval_by_timestep".
+std::string MetricSelect() {
   std::string sql = "SELECT id, attempt, rank, eval_by_timestep";
   MetricRecord columns;
   ForEachMetricValue(columns, [&](const char* name, auto&) { sql += std::string(", ") + name; });
-  sql += " FROM metrics WHERE job_id=? AND id>?";
-  if (rank) sql += " AND rank=?";
-  sql += " ORDER BY id LIMIT ?";
-  Stmt s(db_, sql.c_str());
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(job_id).Bind(after_id);
-  if (rank) s.Bind(*rank);
-  s.Bind(limit > 0 ? limit : -1);
+  return sql;
+}
+
+Result<std::vector<MetricRecord>> ReadMetricRows(Stmt& s, const std::string& job_id) {
   std::vector<MetricRecord> out;
   while (true) {
     ADCTL_ASSIGN_ROW(row, s.Step());
@@ -944,6 +950,33 @@ Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, 
     out.push_back(m);
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<MetricRecord>> Store::ListMetrics(const std::string& job_id, int64_t after_id,
+                                                     std::optional<int> rank, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string sql = MetricSelect() + " FROM metrics WHERE job_id=? AND id>?";
+  if (rank) sql += " AND rank=?";
+  sql += " ORDER BY id LIMIT ?";
+  Stmt s(db_, sql.c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id).Bind(after_id);
+  if (rank) s.Bind(*rank);
+  s.Bind(limit > 0 ? limit : -1);
+  return ReadMetricRows(s, job_id);
+}
+
+Result<std::vector<MetricRecord>> Store::LatestMetricsPerRank(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string sql = MetricSelect() +
+                          " FROM metrics WHERE id IN (SELECT MAX(id) FROM metrics WHERE "
+                          "job_id=? GROUP BY rank) ORDER BY rank";
+  Stmt s(db_, sql.c_str());
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  s.Bind(job_id);
+  return ReadMetricRows(s, job_id);
 }
 
 Status Store::AddCheckpoint(const CheckpointRecord& c) {
@@ -978,6 +1011,23 @@ Status Store::AddSamples(const std::vector<SampleRecord>& samples) {
     s.Bind(r.job_id).Bind(r.step).Bind(static_cast<int64_t>(r.index)).Bind(r.attempt);
     s.Bind(r.prompt).Bind(r.mp4).Bind(r.gif).Bind(r.render_seconds);
     s.Bind(r.created_at > 0 ? r.created_at : clock_->Now());
+    ADCTL_RETURN_IF_ERROR(s.Run());
+  }
+  // The job's latest validation took the grid's render time (the whole render), or its
+  // samples' sum without a grid: what the ETA adds per render to come.
+  std::map<std::string, double> seconds, grid;
+  for (const SampleRecord& r : samples) {
+    if (r.index < 0) {
+      grid[r.job_id] = std::max(grid[r.job_id], r.render_seconds);
+    } else {
+      seconds[r.job_id] += std::max(0.0, r.render_seconds);
+    }
+  }
+  for (const auto& [job_id, whole] : grid) seconds[job_id] = whole;
+  for (const auto& [job_id, total] : seconds) {
+    Stmt s(db_, "UPDATE jobs SET validation_seconds=? WHERE id=?");
+    ADCTL_RETURN_IF_ERROR(s.prepare_status());
+    s.Bind(total).Bind(job_id);
     ADCTL_RETURN_IF_ERROR(s.Run());
   }
   return txn.Commit();

@@ -37,6 +37,7 @@ struct JobProgress {
   double learning_rate = 0;
   double eval_loss = 0;  // the latest eval loss (at eval_step; 0: none yet)
   int64_t eval_step = 0;
+  double validation_seconds = 0;  // the latest validation's render time (its samples' sum)
 };
 
 struct JobRecord {
@@ -215,6 +216,8 @@ class Store {
   Result<std::vector<MetricRecord>> ListMetrics(const std::string& job_id, int64_t after_id,
                                                 std::optional<int> rank = std::nullopt,
                                                 int limit = 0);
+  // The newest point of each rank (any attempt), by rank.
+  Result<std::vector<MetricRecord>> LatestMetricsPerRank(const std::string& job_id);
   // Bounds the history: every (job, rank) series over `max_per_rank` points (>= 4) loses every
   // second point of its older half, so recent steps keep full resolution and older ones thin
   // out (like a round-robin database) while the first and the newest points stay. Returns the
@@ -229,7 +232,9 @@ class Store {
                           const std::string& by);
   Result<std::set<int64_t>> ListCheckpointPins(const std::string& job_id);
 
-  // Validation samples; a step rendered again (after a restart) replaces its rows.
+  // Validation samples; a step rendered again (after a restart) replaces its rows. The sum of
+  // the grid's render_seconds (the whole render; without a grid, the samples' sum) becomes the
+  // job's progress.validation_seconds.
   Status AddSamples(const std::vector<SampleRecord>& samples);
   // By step, then index with the grid last; `step` 0: every step.
   Result<std::vector<SampleRecord>> ListSamples(const std::string& job_id, int64_t step = 0);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/job_layout.h"
+#include "common/job_spec.h"
 #include "common/worker_contract.h"
 #include "server/supervisor/secrets.h"
 
@@ -162,7 +163,7 @@ Status WorkerHub::ReportMetrics(const std::string& job_id, int attempt, int rank
   }
   if (recorder_->observer()) recorder_->observer()->OnMetrics(points);
   if (job->state == JobState::kStarting && !points.empty()) {
-    recorder_->Transition(job_id, JobState::kRunning, "training (first step reported)", {},
+    recorder_->Transition(job_id, JobState::kRunning, "running (first step reported)", {},
                           JobState::kStarting);
   }
   changes_->Notify();
@@ -175,11 +176,21 @@ Status WorkerHub::ReportTrainingStarted(const std::string& job_id, int attempt, 
   if (!job.ok()) return job.status();
   if (attempt != job->attempt) return Status::Ok();
   if (rank == 0 && job->state == JobState::kStarting) {
-    std::string msg = resumed_from_step > 0
-                          ? "training resumed from checkpoint step " +
-                                std::to_string(resumed_from_step) + " of " +
-                                std::to_string(total_steps)
-                          : "training started (" + std::to_string(total_steps) + " steps)";
+    // A preprocess rank counts shards (its own: every world_size-th), not optimizer steps.
+    auto spec = ParseJobSpec(job->spec_yaml);
+    const bool preprocess = spec.ok() && spec->kind == JobKind::kPreprocess;
+    std::string msg;
+    if (preprocess) {
+      msg = resumed_from_step > 0
+                ? "preprocessing resumed (rank 0: " + std::to_string(resumed_from_step) + " of " +
+                      std::to_string(total_steps) + " shards already written)"
+                : "preprocessing started (rank 0: " + std::to_string(total_steps) + " shards)";
+    } else {
+      msg = resumed_from_step > 0
+                ? "training resumed from checkpoint step " + std::to_string(resumed_from_step) +
+                      " of " + std::to_string(total_steps)
+                : "training started (" + std::to_string(total_steps) + " steps)";
+    }
     recorder_->Transition(job_id, JobState::kRunning, msg, {}, JobState::kStarting);
   }
   return Status::Ok();

@@ -579,6 +579,27 @@ TEST(JobSpecTest, DocumentationCoversEveryField) {
   }
 }
 
+// What the ETA adds for renders to come: every_steps multiples and at_steps, each step once.
+TEST(JobSpecTest, ValidationsBetweenCountsTheRendersStillToCome) {
+  ValidationSpec v;
+  v.prompts = {"a cat"};
+  v.every_steps = 500;
+  v.at_steps = {2, 50, 1000};
+  EXPECT_EQ(ValidationsBetween(v, 0, 2000), 6);  // 2, 50, 500, 1000, 1500, 2000
+  EXPECT_EQ(ValidationsBetween(v, 50, 2000), 4);
+  EXPECT_EQ(ValidationsBetween(v, 1999, 2000), 1);
+  EXPECT_EQ(ValidationsBetween(v, 2000, 2000), 0);
+  for (int64_t after = 0; after <= 2000; after += 37) {
+    int64_t due = 0;
+    for (int64_t step = after + 1; step <= 2000; ++step) due += ValidationDue(v, step);
+    EXPECT_EQ(ValidationsBetween(v, after, 2000), due) << after;
+  }
+  v.every_steps = 0;
+  EXPECT_EQ(ValidationsBetween(v, 0, 2000), 3);
+  v.prompts.clear();
+  EXPECT_EQ(ValidationsBetween(v, 0, 2000), 0);  // no validation section
+}
+
 TEST(JobSpecTest, LoadFile) {
   const std::string path = ::testing::TempDir() + "/job_spec_test.yaml";
   {

@@ -62,6 +62,17 @@ std::set<std::string> ExportedNames() {
     m.gpu_temperature_celsius = 60;
     m.gpu_sm_clock_hertz = 1.9e9;
     metrics.OnMetrics({m});
+    // A preprocess job's rank: the adctl_preprocess_* families.
+    j.id = "j-2";
+    j.spec_yaml =
+        "name: cache\nkind: preprocess\nmodel: {pretrained: /m}\n"
+        "data: {kind: video, csv: /d/v.csv, video_dir: /d}\npreprocess: {output: /c}\n";
+    j.job_dir = dir + "/jobs/j-2";
+    EXPECT_TRUE(store->InsertJob(j).ok());
+    MetricRecord shard = m;
+    shard.job_id = "j-2";
+    shard.samples_seen = 2;
+    metrics.OnMetrics({shard});
     CheckpointRecord c;
     c.job_id = "j-1";
     c.step = 1;
@@ -213,6 +224,9 @@ TEST(DashboardTest, EveryMetricNameIsExportedOrRecorded) {
   ASSERT_GT(exported.size(), 20u);
   for (const std::string& name : GpuOnlyFamilies()) {
     EXPECT_TRUE(exported.count(name)) << "GPU-only family " << name << " is not exported";
+  }
+  for (const std::string& name : PreprocessOnlyFamilies()) {
+    EXPECT_TRUE(exported.count(name)) << "preprocess family " << name << " is not exported";
   }
   std::vector<PromExpr> all = DashboardExprs();
   const auto rules = RuleExprs();

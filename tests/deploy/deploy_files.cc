@@ -24,6 +24,14 @@ const std::set<std::string>& GpuOnlyFamilies() {
   return kFamilies;
 }
 
+const std::set<std::string>& PreprocessOnlyFamilies() {
+  static const std::set<std::string> kFamilies = {
+      "adctl_preprocess_videos_skipped", "adctl_preprocess_shards_written",
+      "adctl_preprocess_shards", "adctl_preprocess_clips_written",
+      "adctl_preprocess_videos_per_second"};
+  return kFamilies;
+}
+
 std::string DeployDir() { return ADCTL_DEPLOY_DIR; }
 
 namespace {

@@ -17,6 +17,8 @@ std::string DeployDir();
 // scrape_test.cc lets expressions over them come back empty, and dashboard_test.cc checks that
 // adctld exports each of them.
 const std::set<std::string>& GpuOnlyFamilies();
+// Families only preprocess jobs have: a training job lacks them, as above.
+const std::set<std::string>& PreprocessOnlyFamilies();
 
 struct PromExpr {
   std::string where;  // "adctl-job.json: panel 7 \"Loss\" target A", "alerts.yml: AdctlGpuIdle"

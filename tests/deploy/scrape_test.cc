@@ -4,7 +4,8 @@
 // synthetic data, a checkpoint every 2 steps, one rank killed so the job restarts once). Then
 // every PromQL expression of the dashboards and the rule files — read from those files — is
 // sent to /api/v1/query with the dashboard variables filled in, and must return data for the
-// job; alerts must be quiet; expressions over GPU-only families may be empty on CPU.
+// job; alerts must be quiet; expressions over GPU-only families may be empty on CPU, and over
+// preprocess families for this training job.
 //
 // Fails when prometheus is missing (scripts/install-deps installs it); skips only when no adworker
 // is available (a control-plane-only build without ADCTL_PREBUILT_ADWORKER).
@@ -247,8 +248,10 @@ TEST_F(ScrapeTest, EveryDashboardAndRuleExpressionReturnsDataForARealCpuJob) {
   for (const DashboardVariable& v : DashboardVariables()) {
     if (v.name != "job_id") values[v.name] = v.include_all ? v.all_value : "0";
   }
-  // Recording rules over GPU-only families are GPU-only too.
+  // Recording rules over GPU-only families are GPU-only too; preprocess families are empty
+  // for a training job the same way.
   std::set<std::string> gpu_only = GpuOnlyFamilies();
+  gpu_only.insert(PreprocessOnlyFamilies().begin(), PreprocessOnlyFamilies().end());
   for (const PromExpr& e : RuleExprs()) {
     for (const std::string& n : MetricNames(e.expr)) {
       if (!e.record.empty() && gpu_only.count(n)) gpu_only.insert(e.record);
@@ -296,11 +299,12 @@ TEST_F(ScrapeTest, EveryDashboardAndRuleExpressionReturnsDataForARealCpuJob) {
       ++data;
     } else {
       ++empty;
-      std::cout << "empty (a GPU-only family): " << check.where << "\n";
+      std::cout << "empty (a GPU- or preprocess-only family): " << check.where << "\n";
     }
   }
   std::cout << checks.size() << " expressions checked against job " << job << ": " << data
-            << " with data, " << quiet << " alerts quiet, " << empty << " GPU-only empty\n";
+            << " with data, " << quiet << " alerts quiet, " << empty
+            << " GPU- or preprocess-only empty\n";
   if (!failures.empty()) std::cout << "prometheus log:\n" << prom.Log();
   EXPECT_EQ(c.Adctl({"cancel", job, "--force"}).exit_code, 0);
 }

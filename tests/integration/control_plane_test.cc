@@ -689,6 +689,58 @@ TEST_F(ControlPlaneTest, SamplesAreListedAndDownloadedAndCheckpointsExport) {
       << missing.err;
   EXPECT_NE(missing.err.find("committed steps: 1, 2"), std::string::npos) << missing.err;
   EXPECT_FALSE(fs::exists(c.dir() + "/x"));
+
+  // Into an existing folder, or a new one named with a trailing '/': the file lands inside.
+  fs::create_directories(c.dir() + "/into");
+  CommandResult into =
+      c.Adctl({"export", id, "--format", "animatediff", "--out", c.dir() + "/into"});
+  EXPECT_EQ(into.exit_code, 0) << into.err;
+  EXPECT_EQ(ReadFile(c.dir() + "/into/motion_module.safetensors"),
+            ReadFile(job_dir + "/export/step-00000002/motion_module.safetensors"));
+  CommandResult slash =
+      c.Adctl({"export", id, "--format", "animatediff", "--out", c.dir() + "/fresh/"});
+  EXPECT_EQ(slash.exit_code, 0) << slash.err;
+  EXPECT_TRUE(fs::is_regular_file(c.dir() + "/fresh/motion_module.safetensors"));
+  // A failed download leaves nothing: the folder's second file cannot be written (a folder is
+  // in its place), so the first one written goes again, and no .part stays.
+  fs::create_directories(c.dir() + "/broken/diffusion_pytorch_model.safetensors");
+  CommandResult broken =
+      c.Adctl({"export", id, "--step", "1", "--format", "diffusers", "--out", c.dir() + "/broken"});
+  EXPECT_NE(broken.exit_code, 0) << broken.out;
+  EXPECT_FALSE(fs::exists(c.dir() + "/broken/config.json"));
+  for (const auto& e : fs::recursive_directory_iterator(c.dir() + "/broken")) {
+    EXPECT_EQ(e.path().string().find(".part"), std::string::npos) << e.path();
+  }
+
+  // Every export is listed (newest step first) with its files, over gRPC and HTTP.
+  const auto listed_exports = c.AdctlJson({"exports", id});
+  ASSERT_EQ(listed_exports["exports"].size(), 2u) << listed_exports.dump(2);
+  EXPECT_EQ(listed_exports["exports"][0]["step"], "2");
+  EXPECT_EQ(listed_exports["exports"][0]["format"], "animatediff");
+  EXPECT_EQ(listed_exports["exports"][0]["weights"], "raw");
+  EXPECT_EQ(listed_exports["exports"][0]["files"][0]["path"],
+            "export/step-00000002/motion_module.safetensors");
+  EXPECT_EQ(listed_exports["exports"][1]["step"], "1");
+  EXPECT_EQ(listed_exports["exports"][1]["format"], "diffusers");
+  EXPECT_EQ(listed_exports["exports"][1]["files"].size(), 2u);
+  EXPECT_EQ(c.Http("GET", "/api/v1/jobs/" + id + "/exports").json, listed_exports);
+  CommandResult table = c.Adctl({"exports", id});
+  EXPECT_NE(table.out.find("export/step-00000001/motion_adapter"), std::string::npos) << table.out;
+
+  // A step whose checkpoint is gone (removed by hand here, as retention would): its export is
+  // still served, and another format's request names the exports of that step that exist.
+  fs::remove_all(job_dir + "/checkpoints/step-00000001");
+  auto served = c.AdctlJson(
+      {"export", id, "--step", "1", "--format", "diffusers", "--out", c.dir() + "/ma1"});
+  EXPECT_EQ(served["step"], "1") << served.dump(2);
+  EXPECT_TRUE(fs::exists(c.dir() + "/ma1/config.json"));
+  CommandResult gone = c.Adctl({"export", id, "--step", "1", "--format", "animatediff", "--out",
+                                c.dir() + "/mm1.safetensors"});
+  EXPECT_EQ(gone.exit_code, 2) << gone.err;
+  EXPECT_NE(gone.err.find("committed steps: 2"), std::string::npos) << gone.err;
+  EXPECT_NE(gone.err.find("exports of step 1 that exist: export/step-00000001/motion_adapter"),
+            std::string::npos)
+      << gone.err;
 }
 
 }  // namespace

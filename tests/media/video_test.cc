@@ -136,6 +136,37 @@ TEST(FrameSamplingTest, SeededStartIsUniformInRangeAndReproducible) {
   EXPECT_EQ(SampleStart(3, 16, 4, short_rng), 0);  // span == L: only start 0
 }
 
+// preprocess.windows_per_video: a 100-frame video, 16 frames at stride 4 (span 61, starts in
+// [0, 39]), 4 windows. random: each window is AnimateDiff's rule with its own seeded generator
+// (window 0 the one-window cache's clip); uniform: evenly spaced, the ends included.
+TEST(FrameSamplingTest, WindowsFollowTheirRule) {
+  const int64_t seed = 3, row = 11;
+  const auto random = WindowStarts(100, 16, 4, 4, /*uniform=*/false, seed, row);
+  ASSERT_EQ(random.size(), 4u);
+  for (int64_t w = 0; w < 4; ++w) {
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ULL +
+                        static_cast<uint64_t>(row) +
+                        static_cast<uint64_t>(w) * 0xD1B54A32D192ED03ULL);
+    EXPECT_EQ(random[static_cast<size_t>(w)], SampleStart(100, 16, 4, rng)) << w;
+  }
+  std::mt19937_64 one_window(static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ULL + row);
+  EXPECT_EQ(random[0], SampleStart(100, 16, 4, one_window));
+  EXPECT_EQ(WindowStarts(100, 16, 4, 4, false, seed, row), random);  // reproducible
+  EXPECT_NE(WindowStarts(100, 16, 4, 4, false, seed, row + 1), random);
+  // The clips' frame indices are the linspace rule's from those starts.
+  auto first = SampleFrameIndices(100, 16, 4, random[1]);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->front(), random[1]);
+  EXPECT_EQ(first->back(), random[1] + 60);
+
+  EXPECT_EQ(WindowStarts(100, 16, 4, 4, /*uniform=*/true, seed, row),
+            (std::vector<int64_t>{0, 13, 26, 39}));
+  EXPECT_EQ(WindowStarts(100, 16, 4, 1, true, seed, row), (std::vector<int64_t>{19}));
+  // A video no longer than the span has one place for every window.
+  EXPECT_EQ(WindowStarts(20, 16, 4, 3, true, seed, row), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(WindowStarts(20, 16, 4, 3, false, seed, row), (std::vector<int64_t>{0, 0, 0}));
+}
+
 TEST(VideoRoundTripTest, Mp4H264FrameCountSizeAndPixels) {
   ASSERT_EQ(DefaultMp4Encoder(), "libx264");  // Debian's libavcodec has libx264
   TempDir dir;

@@ -90,5 +90,31 @@ TEST(ConvertTest, MetricPointRoundTripsThroughTheStore) {
   (void)system(cmd.c_str());
 }
 
+// The ETA adds the validations still to render, each as long as the latest one took; a job
+// without validation_seconds yet (or a finished one) gets the steps' time only.
+TEST(ConvertTest, EtaCountsTheValidationsToCome) {
+  JobRecord job;
+  job.id = "j-1";
+  job.state = JobState::kRunning;
+  job.spec_yaml =
+      "name: eta\nmodel: {pretrained: /m/sd}\ndata: {kind: synthetic}\ntrain: {max_steps: 20}\n"
+      "validation: {prompts: [\"a cat\"], every_steps: 5, at_steps: [12]}\n";
+  ASSERT_TRUE(ParseJobSpec(job.spec_yaml).ok()) << ParseJobSpec(job.spec_yaml).status().ToString();
+  job.progress.step = 10;
+  job.progress.total_steps = 20;
+  job.progress.step_seconds = 1;
+  v1::Job out;
+  JobToProto(job, "", &out);
+  EXPECT_DOUBLE_EQ(out.progress().eta_seconds(), 10);
+  job.progress.validation_seconds = 3;  // renders at 12, 15 and 20 are to come
+  JobToProto(job, "", &out);
+  EXPECT_DOUBLE_EQ(out.progress().eta_seconds(), 10 + 3 * 3);
+  EXPECT_DOUBLE_EQ(out.progress().validation_seconds(), 3);
+  job.state = JobState::kSucceeded;
+  v1::Job done;
+  JobToProto(job, "", &done);
+  EXPECT_EQ(done.progress().eta_seconds(), 0);
+}
+
 }  // namespace
 }  // namespace adctl

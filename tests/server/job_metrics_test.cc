@@ -35,6 +35,15 @@ class JobMetricsTest : public ::testing::Test {
     j.gpus = 2;
     j.submitted_at = NowSeconds();
     ASSERT_TRUE(store_->InsertJob(j).ok());
+    // A preprocess job (videos → latent cache).
+    j.id = "j-2";
+    j.name = "cache";
+    j.spec_yaml =
+        "name: cache\nkind: preprocess\nmodel: {pretrained: /m/sd}\n"
+        "data: {kind: video, csv: /d/v.csv, video_dir: /d}\n"
+        "preprocess: {output: /c}\n";
+    j.job_dir = dir_ + "/jobs/j-2";
+    ASSERT_TRUE(store_->InsertJob(j).ok());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -62,11 +71,21 @@ class JobMetricsTest : public ::testing::Test {
 TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   JobMetrics metrics(store_.get());
   metrics.OnMetrics({Point(0, 1), Point(1, 1), Point(0, 2), Point(1, 2)});
-  MetricRecord preprocess = Point(1, 3);  // a preprocess rank that skipped videos
-  preprocess.videos_skipped_missing = 2;
-  preprocess.videos_skipped_truncated = 1;
-  preprocess.data_wait_seconds = 0;  // the data-wait counter below stays two points' worth
-  metrics.OnMetrics({preprocess});
+  // The preprocess job's ranks: shards, clips and skips, rank 0's videos/s.
+  MetricRecord shard = Point(1, 3);
+  shard.job_id = "j-2";
+  shard.total_steps = 4;
+  shard.samples_seen = 5;
+  shard.videos_skipped_missing = 2;
+  shard.videos_skipped_truncated = 1;
+  MetricRecord shard0 = shard;
+  shard0.rank = 0;
+  shard0.step = 2;
+  shard0.samples_seen = 4;
+  shard0.videos_skipped_missing = 0;
+  shard0.videos_skipped_truncated = 0;
+  shard0.clips_per_second = 3.5;
+  metrics.OnMetrics({shard, shard0});
   CheckpointRecord c;
   c.job_id = "j-1";
   c.step = 2;
@@ -77,7 +96,7 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   const std::string text = metrics.Scrape();
   for (const char* line : {
            "# TYPE adctl_jobs gauge",
-           "adctl_jobs{state=\"QUEUED\"} 1",
+           "adctl_jobs{state=\"QUEUED\"} 2",
            "adctl_jobs{state=\"RUNNING\"} 0",
            "adctl_train_loss{job_id=\"j-1\"} 0.25",
            "adctl_train_learning_rate{job_id=\"j-1\"} 0.0001",
@@ -96,15 +115,26 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
            "adctl_checkpoint_size_bytes{job_id=\"j-1\"} 4096",
            "adctl_job_restarts_total{job_id=\"j-1\"} 1",
            "adctl_job_info{job_id=\"j-1\",lora_rank=\"8\",name=\"tiny\",trains=\"lora\"} 1",
-           "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"missing\"} 2",
-           "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"truncated\"} 1",
-           "adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"1\",reason=\"too_short\"} 0",
+           "adctl_preprocess_videos_skipped{job_id=\"j-2\",rank=\"1\",reason=\"missing\"} 2",
+           "adctl_preprocess_videos_skipped{job_id=\"j-2\",rank=\"1\",reason=\"truncated\"} 1",
+           "adctl_preprocess_videos_skipped{job_id=\"j-2\",rank=\"1\",reason=\"too_short\"} 0",
+           "adctl_preprocess_videos_skipped{job_id=\"j-2\",rank=\"0\",reason=\"missing\"} 0",
+           "adctl_preprocess_shards_written{job_id=\"j-2\",rank=\"1\"} 3",
+           "adctl_preprocess_shards{job_id=\"j-2\",rank=\"0\"} 4",
+           "adctl_preprocess_clips_written{job_id=\"j-2\",rank=\"1\"} 5",
+           "adctl_preprocess_clips_written{job_id=\"j-2\",rank=\"0\"} 4",
+           "adctl_preprocess_videos_per_second{job_id=\"j-2\"} 3.5",
        }) {
     EXPECT_THAT(text, HasSubstr(line));
   }
-  // Ranks that skipped nothing (every training rank) have no skip series.
-  EXPECT_EQ(text.find("adctl_preprocess_videos_skipped{job_id=\"j-1\",rank=\"0\""),
-            std::string::npos);
+  // A training job has no preprocess series; a preprocess job no training ones.
+  EXPECT_THAT(text, Not(HasSubstr("adctl_preprocess_videos_skipped{job_id=\"j-1\"")));
+  for (const char* family :
+       {"adctl_train_loss", "adctl_train_global_step", "adctl_train_clips_per_second",
+        "adctl_train_data_wait_seconds_total", "adctl_train_step_duration_seconds_count",
+        "adctl_train_peak_memory_bytes"}) {
+    EXPECT_THAT(text, Not(HasSubstr(std::string(family) + "{job_id=\"j-2\""))) << family;
+  }
   // Only rank 0 feeds the job-level series.
   EXPECT_EQ(text.find("adctl_train_loss{job_id=\"j-1\",rank"), std::string::npos);
 

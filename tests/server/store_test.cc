@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 13);
+  EXPECT_EQ(store_->schema_version(), 14);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -115,6 +115,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN learning_rate; "
                          "ALTER TABLE jobs DROP COLUMN eval_loss; "
                          "ALTER TABLE jobs DROP COLUMN eval_step; "
+                         "ALTER TABLE jobs DROP COLUMN validation_seconds; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -123,7 +124,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 13);
+  EXPECT_EQ(store_->schema_version(), 14);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
@@ -174,6 +175,13 @@ TEST_F(StoreTest, SamplesKeepStepAndPromptAndARenderedStepReplacesItsRows) {
   ASSERT_EQ(two->size(), 1u);
   EXPECT_EQ((*two)[0].attempt, 2);
   EXPECT_TRUE(store_->ListSamples("j-s", 3)->empty());
+  // The job's validation_seconds: the latest render's, its grid's time (the whole render) or,
+  // without a grid, the samples' sum.
+  EXPECT_EQ(store_->GetJob("j-s")->progress.validation_seconds, 1.5);
+  SampleRecord grid = sample(7, -1, "");
+  grid.render_seconds = 4;
+  ASSERT_TRUE(store_->AddSamples({sample(7, 0, "a"), grid}).ok());
+  EXPECT_EQ(store_->GetJob("j-s")->progress.validation_seconds, 4);
 }
 
 TEST_F(StoreTest, InsertGetAndUnknownId) {

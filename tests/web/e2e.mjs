@@ -3,8 +3,9 @@
 // Starts adctld (temp dir, free ports, one CPU slot, the page from web/dist), submits a tiny
 // training job with adctl, opens the page in headless Chromium (Debian's /usr/bin/chromium
 // through playwright-core), finds the running job in the list, opens it, waits until the loss
-// chart gains points, cancels with the confirmation accepted, sees CANCELLED, and saves a
-// screenshot to $ADCTL_E2E_OUT/web_e2e.png. Exit 0 pass, 1 fail, 77 skip (no adworker).
+// chart gains points, exports the motion modules with adctl and downloads them from the page's
+// Exports list (byte for byte), cancels with the confirmation accepted, sees CANCELLED, and saves
+// a screenshot to $ADCTL_E2E_OUT/web_e2e.png. Exit 0 pass, 1 fail, 77 skip (no adworker).
 //
 // Environment (set by tests/web/CMakeLists.txt): ADCTL_E2E_ADCTLD, ADCTL_E2E_ADCTL,
 // ADCTL_E2E_ADWORKER, ADCTL_E2E_WEB (the web/ folder), ADCTL_E2E_CHROMIUM, ADCTL_E2E_OUT;
@@ -140,6 +141,26 @@ async function main() {
   await page.waitForFunction(() => (document.querySelector("#log")?.textContent ?? "").length > 40, null, {
     timeout: 60_000,
   });
+
+  // An export made with adctl appears under Exports; its link downloads the file with the token.
+  const auth = { headers: { Authorization: `Bearer ${ownerToken}` } };
+  for (let i = 0; ; i++) {
+    const c = await (await fetch(`${base}/api/v1/jobs/${jobId}/checkpoints`, auth)).json();
+    if ((c.checkpoints ?? []).some((k) => k.on_disk)) break;
+    if (i > 600) throw new Error("no checkpoint committed in 120 s");
+    await sleep(200);
+  }
+  const exported = path.join(tmp, "mm.safetensors");
+  execFileSync(adctl, ["--server", grpc, "export", jobId, "--format", "animatediff", "--out", exported]);
+  const link = page.locator("#exports a.download").first();
+  await link.waitFor({ timeout: 60_000 });
+  const [download] = await Promise.all([page.waitForEvent("download", { timeout: 60_000 }), link.click()]);
+  const saved = path.join(tmp, "downloaded.safetensors");
+  await download.saveAs(saved);
+  if (!fs.readFileSync(saved).equals(fs.readFileSync(exported))) {
+    throw new Error(`the page's download (${fs.statSync(saved).size} bytes) differs from adctl export's`);
+  }
+  log(`export listed on the page and downloaded: ${download.suggestedFilename()}, ${fs.statSync(saved).size} bytes`);
 
   // Cancel, accepting the confirmation; the page shows CANCELLED.
   let asked = "";

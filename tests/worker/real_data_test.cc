@@ -21,7 +21,12 @@
 #include "common/worker_contract.h"
 #include "tests/testing/worker_process.h"
 #include "worker/data/latent_cache.h"
+#include "worker/data/latent_dataset.h"
 #include "worker/data/preprocess.h"
+#include "worker/model/vae.h"
+#include "worker/model/weights.h"
+#include "worker/video/frame_sampling.h"
+#include "worker/video/video_csv.h"
 #include "worker/video/video_reader.h"
 
 namespace adctl {
@@ -168,9 +173,10 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   EXPECT_EQ(ids.size(), 8u);
   EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 8u);
   EXPECT_NE(log0.find("skipped video missing1 (missing)"), std::string::npos) << log0;
-  // Each rank's last metric point counts the skips of all its shards, those of the killed
-  // attempt too: together, the index's counts.
+  // Each rank's last metric point counts the skips (and clips) of all its shards, those of the
+  // killed attempt too: together, the index's counts.
   std::map<std::string, int64_t> reported;
+  int64_t clips_reported = 0;
   for (int r = 0; r < 2; ++r) {
     Json last;
     std::istringstream lines(ReadAll(job + "/metrics-rank" + std::to_string(r) + ".jsonl"));
@@ -182,7 +188,10 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
     for (const char* reason : {"missing", "unreadable", "zero_frames", "truncated", "too_short"}) {
       reported[reason] += last.value(std::string("videos_skipped_") + reason, int64_t{0});
     }
+    clips_reported += last.value("samples_seen", int64_t{0});
   }
+  // And the clips each wrote, the killed attempt's shard included: together, the cache's.
+  EXPECT_EQ(clips_reported, index->clips);
   for (const auto& [reason, n] : reported) {
     const auto it = index->skipped.find(reason);
     EXPECT_EQ(n, it == index->skipped.end() ? 0 : it->second) << reason;
@@ -214,6 +223,122 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
   const std::string log3 = ReadAll((root_ / "pre-3.log").string());
   EXPECT_NE(log3.find("other settings"), std::string::npos) << log3;
   EXPECT_NE(log3.find("frames 4"), std::string::npos) << log3;
+}
+
+// preprocess.windows_per_video and flip (issue 32): every good video gives k clips whose frames
+// are the window rule's, each stored with the latents of its left-right flipped pixels (encoded
+// from the flipped frames, not flipped latents); a draw takes one of the two from its generator;
+// the same output with other windows or without flip is refused, naming what differs.
+TEST_F(RealDataTest, WindowsAndFlipGiveMoreClipsAndTrainingDrawsBothSides) {
+  const std::string cache = (root_ / "cache-windows").string();
+  std::string yaml = PreprocessSpec(cache, 4, 4);
+  const std::string threads = "decode_threads: 2}";
+  ASSERT_NE(yaml.find(threads), std::string::npos);
+  yaml.replace(yaml.find(threads), threads.size(),
+               "decode_threads: 2, windows_per_video: 3, flip: true}");
+  const auto spec = WriteSpec("pre-windows", yaml);
+  const auto job = (root_ / "job-windows").string();
+  fs::create_directories(job);
+  const std::string log_path = (root_ / "pre-windows.log").string();
+  ASSERT_EQ(RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job}, log_path), 0)
+      << ReadAll(log_path);
+  auto index = ReadLatentCacheIndex(cache);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->clips, 3 * 8);  // 8 good videos, 3 windows each
+  EXPECT_EQ(index->skipped_total, 3);
+  EXPECT_EQ(index->settings.value("windows_per_video", int64_t{0}), 3);
+  EXPECT_EQ(index->settings.value("flip", false), true);
+
+  auto rows = ReadVideoCsv((root_ / "videos" / "videos.csv").string(), (root_ / "videos").string());
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  auto vae = LoadAutoencoderKL((root_ / "sd" / "vae").string());
+  ASSERT_TRUE(vae.ok()) << vae.status().ToString();
+  torch::NoGradGuard no_grad;
+  int64_t checked = 0;
+  for (const auto& shard : index->shards) {
+    if (shard.clips == 0) continue;
+    const std::string path = (fs::path(cache) / shard.file).string();
+    auto file = SafetensorsFile::Open(path);
+    ASSERT_TRUE(file.ok());
+    const Json ids = Json::parse((*file)->metadata().at("video_ids"));
+    const Json windows = Json::parse((*file)->metadata().at("windows"));
+    const Json frames = Json::parse((*file)->metadata().at("frames"));
+    ASSERT_EQ(ids.size(), static_cast<size_t>(shard.clips));
+    ASSERT_EQ(windows.size(), ids.size());
+    auto tensors = ReadTensorFile(path);
+    ASSERT_TRUE(tensors.ok());
+    ASSERT_TRUE(tensors->count("latent_mean_flip") && tensors->count("latent_std_flip"));
+    EXPECT_EQ(tensors->at("latent_mean_flip").sizes(), tensors->at("latent_mean").sizes());
+    for (size_t c = 0; c < ids.size(); ++c) {
+      // The clip's frames: its row's window rule (data.seed 0, frames 4, stride 2).
+      int64_t row = -1;
+      for (size_t r = 0; r < rows->size(); ++r) {
+        if ((*rows)[r].video_id == ids[c].get<std::string>()) row = static_cast<int64_t>(r);
+      }
+      ASSERT_GE(row, 0) << ids[c];
+      auto reader = VideoReader::Open((*rows)[static_cast<size_t>(row)].path);
+      ASSERT_TRUE(reader.ok());
+      const int64_t length = reader->info().num_frames;
+      const auto starts = WindowStarts(length, 4, 2, 3, /*uniform=*/false, 0, row);
+      const int64_t w = windows[c].get<int64_t>();
+      auto expected = SampleFrameIndices(length, 4, 2, starts[static_cast<size_t>(w)]);
+      ASSERT_TRUE(expected.ok());
+      EXPECT_EQ(frames[c].get<std::vector<int64_t>>(), *expected) << ids[c] << " window " << w;
+      if (checked++ >= 2) continue;
+      // The stored statistics are the VAE's of those frames, and of them flipped left-right.
+      auto decoded = reader->ReadFrames(*expected);
+      ASSERT_TRUE(decoded.ok());
+      auto& f = *decoded;
+      auto pixels = PrepareFrames(
+          torch::from_blob(f.data.data(), {f.num_frames, f.height, f.width, 3}, torch::kByte), 32,
+          32);
+      const auto mean = [&](const torch::Tensor& p) {
+        return (*vae)->EncodeChunked(p, 16).mean.permute({1, 0, 2, 3}).to(torch::kBFloat16);
+      };
+      const auto row_of = [&](const char* name) {
+        return tensors->at(name)[static_cast<int64_t>(c)].to(torch::kBFloat16);
+      };
+      EXPECT_TRUE(torch::equal(mean(pixels), row_of("latent_mean"))) << ids[c];
+      EXPECT_TRUE(torch::equal(mean(torch::flip(pixels, {3})), row_of("latent_mean_flip")))
+          << ids[c];
+      EXPECT_FALSE(torch::equal(row_of("latent_mean"), row_of("latent_mean_flip")));
+    }
+  }
+  EXPECT_EQ(checked, 24);
+
+  // A draw: first the side (p = 1/2), then the noise, from the position's generator.
+  auto first_shard = ReadTensorFile((fs::path(cache) / index->shards[0].file).string());
+  ASSERT_TRUE(first_shard.ok());
+  DataSpec data;
+  data.kind = DataKind::kLatents;
+  data.path = cache;
+  auto dataset = OpenLatentDataset(data, first_shard->at("latent_mean").size(1),
+                                   first_shard->at("text_states").size(2));
+  ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+  const double scale = index->scaling_factor;
+  int flipped = 0;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    auto gen = at::detail::createCPUGenerator(seed);
+    const LatentSample drawn = (*dataset)->Draw(0, gen, 0.0);
+    auto replay = at::detail::createCPUGenerator(seed);
+    const bool flip = torch::rand({1}, replay).item<double>() < 0.5;
+    const auto m = first_shard->at(flip ? "latent_mean_flip" : "latent_mean")[0].to(torch::kFloat);
+    const auto sd = first_shard->at(flip ? "latent_std_flip" : "latent_std")[0].to(torch::kFloat);
+    const auto expected = (m + sd * torch::randn(m.sizes(), replay)) * scale;
+    ASSERT_TRUE(torch::allclose(drawn.latents, expected)) << seed;
+    flipped += flip;
+  }
+  EXPECT_GT(flipped, 160);
+  EXPECT_LT(flipped, 240);
+
+  // The same output with one window and no flip: refused, naming both.
+  const auto plain = WriteSpec("pre-windows-plain", PreprocessSpec(cache, 4, 4));
+  const std::string refused_log = (root_ / "pre-windows-plain.log").string();
+  EXPECT_EQ(RunWorker({ADWORKER, "preprocess", "--spec", plain, "--job-dir", job}, refused_log),
+            kExitBadSpec);
+  const std::string said = ReadAll(refused_log);
+  EXPECT_NE(said.find("windows_per_video 3 → unset"), std::string::npos) << said;
+  EXPECT_NE(said.find("flip true → unset"), std::string::npos) << said;
 }
 
 // A training job with a validation section renders MP4 + GIF samples and a grid at the asked

@@ -94,6 +94,20 @@ export function skippedByReason(p: MetricPoint): Record<(typeof SKIP_REASONS)[nu
   };
 }
 
+export interface ArtifactFile {
+  path: string;
+  size_bytes: Int;
+}
+
+export interface Export {
+  step: Int;
+  format: string;
+  weights: string; // "raw" | "ema"
+  path: string;
+  files: ArtifactFile[];
+  created_at: number;
+}
+
 export interface Checkpoint {
   step: Int;
   path: string;
@@ -227,5 +241,6 @@ export const api = {
     call<LogChunk>("GET", `${jobPath(id)}/logs?rank=${rank}&offset=${offset}`),
   checkpoints: (id: string) => call<{ checkpoints: Checkpoint[] }>("GET", `${jobPath(id)}/checkpoints`),
   samples: (id: string) => call<{ samples: Sample[] }>("GET", `${jobPath(id)}/samples`),
+  exports: (id: string) => call<{ exports?: Export[] }>("GET", `${jobPath(id)}/exports`),
   command: (id: string, command: "cancel" | "pause" | "resume") => call<Job>("POST", `${jobPath(id)}/${command}`),
 };

@@ -3,7 +3,21 @@
 //
 // Live updates: one long poll (GET …/updates after the last event and metric ids) at a time;
 // each answer appends events and points. Logs are polled every 1.5 s while the job is live.
-import { api, ApiError, artifactUrl, Checkpoint, Job, JobEvent, MetricPoint, num, Sample, SKIP_REASONS, skippedByReason } from "./api";
+import {
+  api,
+  ApiError,
+  artifactBlob,
+  artifactUrl,
+  Checkpoint,
+  Export,
+  Job,
+  JobEvent,
+  MetricPoint,
+  num,
+  Sample,
+  SKIP_REASONS,
+  skippedByReason,
+} from "./api";
 import { CHART_SPECS, PREPROCESS_SPECS, RankChart } from "./charts";
 import { compareHash } from "./compare_view";
 import { bytes, el, fixed, gpusText, isLive, progressBar, stateBadge, stateName, time } from "./format";
@@ -51,6 +65,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
   const eventsBody = el("tbody");
   const checkpointsBody = el("tbody");
   const samplesList = el("div", { id: "samples", class: "samples" });
+  const exportsBody = el("tbody");
 
   root.replaceChildren(
     el(
@@ -66,6 +81,13 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     // Newest first, near the top: what a run's samples look like is what a user comes to see.
     el("h3", {}, "Samples ", el("small", {}, "newest first; click one to enlarge")),
     samplesList,
+    el("h3", {}, "Exports ", el("small", {}, "adctl export, and the spec's export: at the end")),
+    el(
+      "table",
+      { id: "exports" },
+      el("thead", {}, headerRow("Step", "Weights", "Format", "Size", "Written", "Download")),
+      exportsBody,
+    ),
     el("h3", {}, "Logs ", el("label", {}, "rank ", rankSelect)),
     logView,
     el("h3", {}, "Events"),
@@ -169,6 +191,48 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
     if (!list.length) checkpointsBody.append(el("tr", {}, el("td", { colspan: "6" }, "none yet")));
   }
 
+  // Each export's files as download links: fetched with the token when clicked (an <a> cannot
+  // send the Authorization header), then saved under the file's own name.
+  function renderExports(list: Export[]): void {
+    exportsBody.replaceChildren(
+      ...list.map((e) => {
+        const links = e.files.map((f) => {
+          const name = f.path.split("/").pop() ?? f.path;
+          const a = el("a", { href: "#", class: "download", title: f.path }, name);
+          a.addEventListener("click", (ev) => {
+            ev.preventDefault();
+            a.textContent = `${name} (downloading…)`;
+            void artifactBlob(id, f.path).then(
+              (blob) => {
+                const url = URL.createObjectURL(blob);
+                const save = el("a", { href: url, download: name });
+                save.click();
+                setTimeout(() => URL.revokeObjectURL(url), 60_000);
+                a.textContent = name;
+              },
+              (err: unknown) => (a.textContent = `${name} (${err instanceof Error ? err.message : String(err)})`),
+            );
+          });
+          return el("div", {}, a, ` ${bytes(num(f.size_bytes))}`);
+        });
+        const size = e.files.reduce((n, f) => n + num(f.size_bytes), 0);
+        return el(
+          "tr",
+          {},
+          el("td", { class: "num" }, String(num(e.step))),
+          el("td", {}, e.weights),
+          el("td", {}, e.format),
+          el("td", { class: "num" }, bytes(size)),
+          el("td", {}, time(e.created_at)),
+          el("td", { class: "path" }, ...links),
+        );
+      }),
+    );
+    if (!list.length) {
+      exportsBody.append(el("tr", {}, el("td", { colspan: "6" }, "none (adctl export JOB --format …)")));
+    }
+  }
+
   // Figures by step, newest first (a new step's go in front; within a step, prompt order).
   const shownSamples = new Set<string>();
   const sampleOrder = (s: Sample): number => -num(s.step) * 10_000 + s.index;
@@ -197,10 +261,11 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
   }
 
   async function refreshFiles(): Promise<void> {
-    const [ckpts, samples] = await Promise.all([api.checkpoints(id), api.samples(id)]);
+    const [ckpts, samples, exports] = await Promise.all([api.checkpoints(id), api.samples(id), api.exports(id)]);
     if (stopped) return;
     renderCheckpoints(ckpts.checkpoints);
     renderSamples(samples.samples);
+    renderExports(exports.exports ?? []);
   }
 
   // Logs: read the chosen rank's log from where the last read ended. Each call supersedes the

@@ -4,11 +4,15 @@
 //                                    clip and skip counts, the VAE scaling factor
 //   <dir>/empty_caption.safetensors  `text_state` [L, D]: the empty caption (caption dropout)
 //   <dir>/shards/shard-NNNNN.safetensors
-//       latent_mean, latent_std [n, C, F, h, w] and text_states [n, L, D] (bf16 or fp16);
-//       metadata: settings_hash, video_ids and captions (JSON lists), skipped (JSON list of
-//       {video_id, reason, detail}). A shard whose clips were all skipped has no tensors.
+//       latent_mean, latent_std [n, C, F, h, w] and text_states [n, L, D] (bf16 or fp16), and
+//       with preprocess.flip latent_mean_flip, latent_std_flip (the clips flipped left-right
+//       before encoding); metadata: settings_hash, per clip video_ids, captions, windows (the
+//       window's number within its video) and frames (its frame indices), as JSON lists, and
+//       skipped (JSON list of {video_id, reason, detail}). A shard whose clips were all skipped
+//       has no tensors.
 //
-// Shard k covers CSV rows [k·shard_size, (k+1)·shard_size); each is written to a temporary name
+// Shard k covers CSV rows [k·shard_size, (k+1)·shard_size), windows_per_video clips per row
+// that is not skipped; each is written to a temporary name
 // and renamed, so a shard file is complete or absent and a killed job resumes by skipping the
 // shards present. Torch-free; plain value types.
 #pragma once

@@ -57,6 +57,9 @@ struct Shard {
   const TensorInfo* mean = nullptr;     // cache shards: latent_mean, latent_std
   const TensorInfo* std = nullptr;
   const TensorInfo* text = nullptr;
+  // preprocess.flip: the flipped clips' statistics (latent_mean_flip, latent_std_flip).
+  const TensorInfo* mean_flip = nullptr;
+  const TensorInfo* std_flip = nullptr;
   int64_t first = 0, count = 0;
 };
 
@@ -130,6 +133,8 @@ class ShardDataset : public LatentDataset {
       s.mean = s.file->Find("latent_mean");
       s.std = s.file->Find("latent_std");
       s.text = s.file->Find("text_states");
+      s.mean_flip = s.file->Find("latent_mean_flip");
+      s.std_flip = s.file->Find("latent_std_flip");
       const TensorInfo* lat = cache.ok() ? s.mean : s.latents;
       if (lat == nullptr || s.text == nullptr || (cache.ok() && s.std == nullptr)) {
         return InvalidArgument(p + (cache.ok() ? ": a cache shard needs tensors 'latent_mean', "
@@ -137,8 +142,15 @@ class ShardDataset : public LatentDataset {
                                                : ": a latent shard needs tensors 'latents' and "
                                                  "'text_states'"));
       }
-      for (const TensorInfo* info : {lat, s.std, s.text}) {
+      for (const TensorInfo* info : {lat, s.std, s.text, s.mean_flip, s.std_flip}) {
         if (info != nullptr) ADCTL_RETURN_IF_ERROR(FloatType(*info, p).status());
+      }
+      if ((s.mean_flip == nullptr) != (s.std_flip == nullptr) ||
+          (s.mean_flip != nullptr &&
+           (s.mean_flip->shape != lat->shape || s.std_flip->shape != lat->shape || !cache.ok()))) {
+        return InvalidArgument(p +
+                               ": 'latent_mean_flip' and 'latent_std_flip' come together, "
+                               "in a cache shard, shaped as 'latent_mean'");
       }
       const auto& ls = lat->shape;
       const auto& ts = s.text->shape;
@@ -192,8 +204,12 @@ class ShardDataset : public LatentDataset {
     const Shard& s = Find(index);
     if (s.mean == nullptr) return Get(index);
     const int64_t row = index - s.first;
-    auto mean = Row(*s.mean, row);
-    auto latents = (mean + Row(*s.std, row) * torch::randn(mean.sizes(), gen)) * scaling_factor_;
+    // A cache with flipped clips: the draw takes one of the two, first from the generator.
+    const bool flip = s.mean_flip != nullptr && torch::rand({1}, gen).item<double>() < 0.5;
+    auto mean = Row(flip ? *s.mean_flip : *s.mean, row);
+    auto latents =
+        (mean + Row(flip ? *s.std_flip : *s.std, row) * torch::randn(mean.sizes(), gen)) *
+        scaling_factor_;
     const bool drop = torch::rand({1}, gen).item<double>() < caption_dropout;
     return {latents, drop ? empty_text_.clone() : Row(*s.text, row)};
   }

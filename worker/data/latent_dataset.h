@@ -5,7 +5,9 @@
 // `latent_mean` / `latent_std` [N, 4, F, h, w] and `text_states` [N, L, D] (bf16 or fp16), and
 // the empty caption's text state; each draw samples latent = (mean + std·ε) × scaling_factor and
 // swaps in the empty caption with probability `caption_dropout`, both from the caller's
-// generator (so from the data position). A plain directory of shards holding `latents` and
+// generator (so from the data position); a cache made with `preprocess.flip` also holds
+// `latent_mean_flip` / `latent_std_flip`, and each draw first picks one of the two (p = 1/2)
+// from that generator. A plain directory of shards holding `latents` and
 // `text_states` (F32; `adworker make-synthetic`) is read as is. Shards are mapped, not
 // read into memory; a sample is copied out on demand. The synthetic source generates clips
 // deterministically from (seed, index): a random latent field that drifts one pixel per frame

@@ -70,11 +70,14 @@ torch::Tensor PrepareFrames(const torch::Tensor& frames_u8, int64_t height, int6
 namespace {
 
 // One CSV row after decoding: the prepared pixels, or why it was skipped.
+// One video's windows (preprocess.windows_per_video), each a clip of the cache.
 struct DecodedClip {
   int64_t row = 0;
   std::string video_id, caption;
-  torch::Tensor pixels;  // [F, 3, H, W] in [−1, 1]; undefined when skipped
+  std::vector<torch::Tensor> windows;        // [F, 3, H, W] in [−1, 1] each; empty when skipped
+  std::vector<std::vector<int64_t>> frames;  // each window's frame indices
   std::string skip_reason, skip_detail;
+  bool skipped() const { return windows.empty(); }
 };
 
 std::string ShortMessage(const Status& st) {
@@ -248,6 +251,13 @@ class Preprocess {
                  {"text_encoder_sha256", *text_hash},
                  {"tokenizer_sha256", *tok_hash},
                  {"scaling_factor", scaling_factor_}};
+    // Recorded when set, so a one-window cache made before these fields keeps its hash and a
+    // cache with other windows or flip is refused naming them.
+    if (p.windows_per_video != 1 || p.window_placement != "random") {
+      settings_["windows_per_video"] = p.windows_per_video;
+      settings_["window_placement"] = p.window_placement;
+    }
+    if (p.flip) settings_["flip"] = true;
     settings_hash_ = Sha256Hex(settings_.dump());
     return std::nullopt;
   }
@@ -276,6 +286,11 @@ class Preprocess {
                     value.dump();
           }
         }
+        for (const auto& [key, value] : existing.items()) {
+          if (!settings_.contains(key)) {
+            diff += (diff.empty() ? "" : "; ") + key + " " + value.dump() + " → unset";
+          }
+        }
         return Failure{kExitBadSpec, "preprocess.output: the cache in " + out_ +
                                          " was made with other settings or model files (" + diff +
                                          "); use a new preprocess.output or delete the old cache"};
@@ -302,14 +317,18 @@ class Preprocess {
                                          " was made with other settings; use a new "
                                          "preprocess.output or delete the old cache"};
       }
-      if (s % o_.world_size == o_.rank) CountSkipsOfWrittenShard(**file);
+      if (s % o_.world_size == o_.rank) CountWrittenShard(**file);
     }
     return std::nullopt;
   }
 
-  // Adds the skips a shard of this rank written by an earlier attempt recorded (its `skipped`
-  // metadata), so the counts a rank reports cover the whole job.
-  void CountSkipsOfWrittenShard(const SafetensorsFile& file) {
+  // Adds the clips and skips a shard of this rank written by an earlier attempt recorded (its
+  // `video_ids` and `skipped` metadata), so the counts a rank reports cover the whole job.
+  void CountWrittenShard(const SafetensorsFile& file) {
+    if (auto ids = file.metadata().find("video_ids"); ids != file.metadata().end()) {
+      const Json written = Json::parse(ids->second, nullptr, /*allow_exceptions=*/false);
+      if (written.is_array()) clips_written_ += static_cast<int64_t>(written.size());
+    }
     auto it = file.metadata().find("skipped");
     if (it == file.metadata().end()) return;
     const Json skipped = Json::parse(it->second, nullptr, /*allow_exceptions=*/false);
@@ -356,27 +375,32 @@ class Preprocess {
       return clip;
     }
     const int64_t length = reader->info().num_frames;
-    // The start frame depends only on the seed and the row: any rank split gives the same clip.
-    std::mt19937_64 rng(static_cast<uint64_t>(d.seed) * 0x9E3779B97F4A7C15ULL +
-                        static_cast<uint64_t>(row));
-    const int64_t start =
-        SampleStart(length, static_cast<int>(d.frames), static_cast<int>(d.stride), rng);
-    auto indices =
-        SampleFrameIndices(length, static_cast<int>(d.frames), static_cast<int>(d.stride), start);
-    if (!indices.ok()) {
-      clip.skip_reason = "unreadable";
-      clip.skip_detail = ShortMessage(indices.status());
-      return clip;
+    // The windows depend only on the seed, the row and the window: any rank split gives the same
+    // clips (window 0 is the clip of a one-window cache).
+    const auto& p = spec_.preprocess;
+    for (int64_t start :
+         WindowStarts(length, static_cast<int>(d.frames), static_cast<int>(d.stride),
+                      p.windows_per_video, p.window_placement == "uniform", d.seed, row)) {
+      auto indices =
+          SampleFrameIndices(length, static_cast<int>(d.frames), static_cast<int>(d.stride), start);
+      if (!indices.ok()) {
+        clip.skip_reason = "unreadable";
+        clip.skip_detail = ShortMessage(indices.status());
+        clip.windows.clear();
+        return clip;
+      }
+      auto frames = reader->ReadFrames(*indices);
+      if (!frames.ok()) {
+        clip.skip_reason = VideoErrorName(frames.error());
+        clip.skip_detail = ShortMessage(frames.status());
+        clip.windows.clear();
+        return clip;
+      }
+      auto& f = *frames;
+      auto u8 = torch::from_blob(f.data.data(), {f.num_frames, f.height, f.width, 3}, torch::kByte);
+      clip.windows.push_back(PrepareFrames(u8, d.sample_height, d.sample_width));
+      clip.frames.push_back(std::move(*indices));
     }
-    auto frames = reader->ReadFrames(*indices);
-    if (!frames.ok()) {
-      clip.skip_reason = VideoErrorName(frames.error());
-      clip.skip_detail = ShortMessage(frames.status());
-      return clip;
-    }
-    auto& f = *frames;
-    auto u8 = torch::from_blob(f.data.data(), {f.num_frames, f.height, f.width, 3}, torch::kByte);
-    clip.pixels = PrepareFrames(u8, d.sample_height, d.sample_width);
     return clip;
   }
 
@@ -415,10 +439,21 @@ class Preprocess {
   // Encodes a decoded shard and writes it; returns the clips written.
   Result<int64_t> EncodeAndWrite(int64_t shard, const std::vector<DecodedClip>& clips) {
     Json ids = Json::array(), captions = Json::array(), skipped = Json::array();
-    std::vector<torch::Tensor> means, stds;
+    Json windows = Json::array(), frames = Json::array();
+    std::vector<torch::Tensor> means, stds, flip_means, flip_stds;
     std::vector<std::string> texts;
+    // [F, C, h, w] → [C, F, h, w], the UNet's clip layout.
+    const auto encode = [&](const torch::Tensor& pixels, std::vector<torch::Tensor>* mean_out,
+                            std::vector<torch::Tensor>* std_out) {
+      auto dist =
+          vae_->EncodeChunked(pixels.to(device_, compute_dtype_), spec_.preprocess.vae_chunk);
+      mean_out->push_back(dist.mean.permute({1, 0, 2, 3}).to(torch::kCPU, store_dtype_));
+      std_out->push_back(torch::exp(0.5 * dist.logvar.to(torch::kFloat))
+                             .permute({1, 0, 2, 3})
+                             .to(torch::kCPU, store_dtype_));
+    };
     for (const auto& c : clips) {
-      if (!c.pixels.defined()) {
+      if (c.skipped()) {
         skipped.push_back(
             {{"video_id", c.video_id}, {"reason", c.skip_reason}, {"detail", c.skip_detail}});
         ++skipped_by_reason_[c.skip_reason];
@@ -428,21 +463,25 @@ class Preprocess {
         }
         continue;
       }
-      auto dist =
-          vae_->EncodeChunked(c.pixels.to(device_, compute_dtype_), spec_.preprocess.vae_chunk);
-      // [F, C, h, w] → [C, F, h, w], the UNet's clip layout.
-      means.push_back(dist.mean.permute({1, 0, 2, 3}).to(torch::kCPU, store_dtype_));
-      stds.push_back(torch::exp(0.5 * dist.logvar.to(torch::kFloat))
-                         .permute({1, 0, 2, 3})
-                         .to(torch::kCPU, store_dtype_));
-      ids.push_back(c.video_id);
-      captions.push_back(c.caption);
-      texts.push_back(c.caption);
+      for (size_t w = 0; w < c.windows.size(); ++w) {
+        encode(c.windows[w], &means, &stds);
+        // The VAE is not flip-equivariant: the flipped clip is encoded from flipped pixels.
+        if (spec_.preprocess.flip) encode(torch::flip(c.windows[w], {3}), &flip_means, &flip_stds);
+        ids.push_back(c.video_id);
+        captions.push_back(c.caption);
+        texts.push_back(c.caption);
+        windows.push_back(static_cast<int64_t>(w));
+        frames.push_back(c.frames[w]);
+      }
     }
     TensorMap tensors;
     if (!means.empty()) {
       tensors["latent_mean"] = torch::stack(means);
       tensors["latent_std"] = torch::stack(stds);
+      if (spec_.preprocess.flip) {
+        tensors["latent_mean_flip"] = torch::stack(flip_means);
+        tensors["latent_std_flip"] = torch::stack(flip_stds);
+      }
       tensors["text_states"] = EncodeText(texts).to(torch::kCPU, store_dtype_);
     }
     ADCTL_RETURN_IF_ERROR(WriteShardAtomically(ShardPath(shard), tensors,
@@ -450,6 +489,8 @@ class Preprocess {
                                                 {"settings_hash", settings_hash_},
                                                 {"video_ids", ids.dump()},
                                                 {"captions", captions.dump()},
+                                                {"windows", windows.dump()},
+                                                {"frames", frames.dump()},
                                                 {"skipped", skipped.dump()}}));
     return static_cast<int64_t>(means.size());
   }
@@ -473,14 +514,14 @@ class Preprocess {
       reporter_.OnEvent(EventLevel::kInfo, "preprocess: resuming; " + std::to_string(done) +
                                                " of this rank's " + std::to_string(mine) +
                                                " shards are already written");
-      StepReport r;  // where the rank stands, skips of the earlier attempts included
+      StepReport r;  // where the rank stands, clips and skips of the earlier attempts included
       r.step = done;
       r.total_steps = mine;
+      r.samples_seen = clips_written_;
       r.time = NowSeconds();
       SetSkipCounts(&r);
       reporter_.OnStep(r);
     }
-    int64_t clips_written = 0;
     std::future<std::vector<DecodedClip>> next;
     if (!todo.empty())
       next = std::async(std::launch::async, [&, s = todo[0]] { return DecodeShard(s); });
@@ -499,17 +540,20 @@ class Preprocess {
       }
       auto written = EncodeAndWrite(todo[k], clips);
       if (!written.ok()) return Failure{kExitCrash, written.status().ToString()};
-      clips_written += *written;
+      clips_written_ += *written;
       ++done;
       StepReport r;
       r.step = done;
       r.total_steps = mine;
       r.step_seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
       r.data_wait_seconds = wait;
-      r.clips_per_second = r.step_seconds > 0
-                               ? static_cast<double>(clips.size()) * o_.world_size / r.step_seconds
-                               : 0;
-      r.samples_seen = clips_written;
+      // A preprocess point's clips_per_second counts the shard's videos, cached or skipped
+      // (videos/s of all ranks); samples_seen the rank's clips written, every attempt.
+      const int64_t videos = std::min<int64_t>(
+          shard_size_, static_cast<int64_t>(entries_.size()) - todo[k] * shard_size_);
+      r.clips_per_second =
+          r.step_seconds > 0 ? static_cast<double>(videos) * o_.world_size / r.step_seconds : 0;
+      r.samples_seen = clips_written_;
       r.time = NowSeconds();
       SetSkipCounts(&r);
       reporter_.OnStep(r);
@@ -595,6 +639,7 @@ class Preprocess {
   ClipTextModel text_encoder_{nullptr};
   AutoencoderKL vae_{nullptr};
   std::map<std::string, int64_t> skipped_by_reason_;
+  int64_t clips_written_ = 0;  // by this rank, every attempt
   int64_t skip_events_ = 0;
 };
 

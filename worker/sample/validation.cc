@@ -115,12 +115,6 @@ Result<std::unique_ptr<ValidationRenderer>> ValidationRenderer::Make(
   return r;
 }
 
-bool ValidationDue(const ValidationSpec& spec, int64_t step) {
-  if (spec.prompts.empty()) return false;
-  if (spec.every_steps > 0 && step % spec.every_steps == 0) return true;
-  return std::find(spec.at_steps.begin(), spec.at_steps.end(), step) != spec.at_steps.end();
-}
-
 RgbFrames ValidationRenderer::SampleClip(UNet3DImpl& unet, int64_t p) {
   GuidanceOptions g;
   g.guidance_scale = spec_.guidance;

@@ -45,9 +45,6 @@ struct ValidationRender {
 // `render` as the report adctld records, with paths relative to `job_dir` (what it serves).
 SamplesReport ToSamplesReport(const ValidationRender& render, const std::string& job_dir);
 
-// Whether the validation section renders after `step` finished steps (every_steps, at_steps).
-bool ValidationDue(const ValidationSpec& spec, int64_t step);
-
 class ValidationRenderer {
  public:
   // `schedule` and `prediction_type`: the training noise schedule (the sampler's too).

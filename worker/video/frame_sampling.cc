@@ -62,4 +62,22 @@ int64_t SampleStart(int64_t video_length, int sample_n_frames, int sample_stride
   return static_cast<int64_t>(draw % range);
 }
 
+std::vector<int64_t> WindowStarts(int64_t video_length, int sample_n_frames, int sample_stride,
+                                  int64_t windows, bool uniform, int64_t seed, int64_t row) {
+  std::vector<int64_t> starts;
+  const int64_t room =
+      std::max<int64_t>(0, video_length - SampleSpan(video_length, sample_n_frames, sample_stride));
+  for (int64_t w = 0; w < windows; ++w) {
+    if (uniform) {
+      starts.push_back(windows == 1 ? room / 2 : w * room / (windows - 1));
+      continue;
+    }
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ULL +
+                        static_cast<uint64_t>(row) +
+                        static_cast<uint64_t>(w) * 0xD1B54A32D192ED03ULL);
+    starts.push_back(SampleStart(video_length, sample_n_frames, sample_stride, rng));
+  }
+  return starts;
+}
+
 }  // namespace adctl

@@ -30,4 +30,14 @@ Result<std::vector<int64_t>> SampleFrameIndices(int64_t video_length, int sample
 int64_t SampleStart(int64_t video_length, int sample_n_frames, int sample_stride,
                     std::mt19937_64& rng);
 
+// Where the k windows of a video start (preprocess.windows_per_video, window_placement):
+//   random:  window w draws its start with SampleStart from an mt19937_64 seeded with
+//            seed · 0x9E3779B97F4A7C15 + row + w · 0xD1B54A32D192ED03 (mod 2^64): window 0 is the
+//            one-window cache's clip, and each window depends only on (seed, row, w);
+//   uniform: evenly spaced over [0, L - span]: start_w = floor(w · (L - span) / (k - 1)), and
+//            the middle, floor((L - span) / 2), when k = 1.
+// Windows may repeat frames of one another (a short video, or k larger than L - span + 1).
+std::vector<int64_t> WindowStarts(int64_t video_length, int sample_n_frames, int sample_stride,
+                                  int64_t windows, bool uniform, int64_t seed, int64_t row);
+
 }  // namespace adctl
