@@ -103,6 +103,7 @@ void ForEachField(Spec& s, F&& f) {
   f("model.lora.dropout", s.model.lora.dropout);
   f("data.kind", s.data.kind);
   f("data.path", s.data.path);
+  f("data.sources", s.data.sources);
   f("data.num_samples", s.data.num_samples);
   f("data.frames", s.data.frames);
   f("data.height", s.data.height);
@@ -216,6 +217,7 @@ bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("train.ema.", 0) == 0) return !spec.train.ema.enabled();
   if (path.rfind("checkpoint.keep_best.", 0) == 0) return spec.checkpoint.keep_best.k == 0;
   if (path == "validation.weights") return spec.validation.weights == "raw";
+  if (path == "data.sources") return spec.data.sources.empty();
   if (path == "export.weights") return spec.exports.weights == "raw";
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
@@ -363,6 +365,32 @@ Status Convert(const std::string& path, const YAML::Node& node, bool* out) {
     *out = false;
   } else {
     return InvalidArgument(expected);
+  }
+  return Status::Ok();
+}
+
+// One of data.sources: a mapping {path, weight | repeats}.
+Status Convert(const std::string& path, const YAML::Node& node, DataSource* out) {
+  if (!node.IsMap()) {
+    return InvalidArgument(path + ": expected a mapping {path, weight | repeats}, got " +
+                           Describe(node));
+  }
+  std::set<std::string> seen;
+  for (const auto& field : node) {
+    if (!field.first.IsScalar()) return InvalidArgument(path + ": keys must be strings");
+    const std::string key = field.first.Scalar();
+    if (!seen.insert(key).second)
+      return InvalidArgument("duplicate field '" + path + "." + key + "'");
+    if (key == "path") {
+      ADCTL_RETURN_IF_ERROR(Convert(path + ".path", field.second, &out->path));
+    } else if (key == "weight") {
+      ADCTL_RETURN_IF_ERROR(Convert(path + ".weight", field.second, &out->weight));
+    } else if (key == "repeats") {
+      ADCTL_RETURN_IF_ERROR(Convert(path + ".repeats", field.second, &out->repeats));
+    } else {
+      return InvalidArgument("unknown field '" + path + "." + key +
+                             "' (a source has path, weight, repeats)");
+    }
   }
   return Status::Ok();
 }
@@ -587,6 +615,12 @@ std::string EmitValue(const std::string& v) { return Quote(v); }
 std::string EmitValue(int64_t v) { return std::to_string(v); }
 std::string EmitValue(double v) { return FormatDouble(v); }
 std::string EmitValue(bool v) { return v ? "true" : "false"; }
+std::string EmitValue(const DataSource& v) {
+  std::string out = "{path: " + Quote(v.path);
+  if (v.weight != 0) out += ", weight: " + FormatDouble(v.weight);
+  if (v.repeats != 0) out += ", repeats: " + std::to_string(v.repeats);
+  return out + "}";
+}
 template <typename T>
 std::string EmitValue(const std::vector<T>& v) {
   std::string out = "[";
@@ -760,6 +794,52 @@ namespace {
 
 // model.lora: its own numbers, and a base whose motion modules are trained (a LoRA on random
 // ones learns nothing a user can load).
+// data.sources: latent caches only, each a path with a weight or repeats, all weighted or none.
+Status ValidateSources(const DataSpec& d) {
+  if (d.kind != DataKind::kLatents) {
+    return InvalidArgument("data.sources: only used with data.kind 'latents', got kind " +
+                           Show(Name(d.kind)));
+  }
+  if (!d.path.empty()) {
+    return InvalidArgument(
+        "data.path and data.sources: give one (data.path for one cache, data.sources for a mix), "
+        "not both");
+  }
+  if (d.sources.size() > 64) {
+    return InvalidArgument("data.sources: at most 64 sources, got " +
+                           std::to_string(d.sources.size()));
+  }
+  int weighted = -1, unweighted = -1;
+  for (size_t i = 0; i < d.sources.size(); ++i) {
+    const DataSource& src = d.sources[i];
+    const std::string at = "data.sources[" + std::to_string(i) + "]";
+    if (src.path.empty()) return InvalidArgument(at + ".path: required (a latent cache)");
+    for (size_t j = 0; j < i; ++j) {
+      if (d.sources[j].path == src.path) {
+        return InvalidArgument(at + ".path: the same cache as data.sources[" + std::to_string(j) +
+                               "] (raise its weight or repeats instead)");
+      }
+    }
+    if (src.weight != 0 && src.repeats != 0) {
+      return InvalidArgument(at + ": give weight or repeats, not both");
+    }
+    if (src.weight != 0 && !(src.weight > 0 && src.weight <= 1e6)) {
+      return InvalidArgument(at + ".weight: must be in (0, 1e6], got " + Show(src.weight));
+    }
+    if (src.repeats != 0) {
+      ADCTL_RETURN_IF_ERROR(Within<int64_t>((at + ".repeats").c_str(), src.repeats, 1, 1000));
+    }
+    (src.weight != 0 ? weighted : unweighted) = static_cast<int>(i);
+  }
+  if (weighted >= 0 && unweighted >= 0) {
+    return InvalidArgument("data.sources[" + std::to_string(unweighted) +
+                           "]: no weight, and data.sources[" + std::to_string(weighted) +
+                           "] has one: give every source a weight (its share of the draws) or "
+                           "none (repeats: passes over its clips per epoch)");
+  }
+  return Status::Ok();
+}
+
 Status ValidateLora(const ModelSpec& m, bool preprocess) {
   const LoraSpec& l = m.lora;
   if (!l.enabled()) {
@@ -895,8 +975,11 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
                            Show(s.preprocess.output));
   }
-  if (d.kind == DataKind::kLatents && d.path.empty()) {
-    return InvalidArgument("data.path: required for data.kind 'latents' (a directory of shards)");
+  if (!d.sources.empty()) {
+    ADCTL_RETURN_IF_ERROR(ValidateSources(d));
+  } else if (d.kind == DataKind::kLatents && d.path.empty()) {
+    return InvalidArgument(
+        "data.path: required for data.kind 'latents' (a directory of shards), or data.sources");
   }
   if (d.kind == DataKind::kSynthetic && !d.path.empty()) {
     return InvalidArgument("data.path: only used with data.kind 'latents', got " + Show(d.path) +
@@ -1193,7 +1276,7 @@ std::string JobSpecToYaml(const JobSpec& spec) {
 
 bool operator==(const JobSpec& a, const JobSpec& b) {
   using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>,
-                             std::vector<int64_t>>;
+                             std::vector<int64_t>, std::vector<DataSource>>;
   auto collect = [](const JobSpec& s) {
     std::vector<Value> values;
     ForEachField(s, [&](const char*, const auto& v) {

@@ -128,10 +128,24 @@ struct ModelSpec {
   LoraSpec lora;
 };
 
+// One latent cache of a mix (data.sources): `weight` (its share of the draws, relative to the
+// other sources' weights) or `repeats` (passes over its clips per epoch; 1 when neither is set).
+// A mix gives every source a weight or none.
+struct DataSource {
+  std::string path;
+  double weight = 0;    // 0: not set
+  int64_t repeats = 0;  // 0: not set
+  bool operator==(const DataSource& o) const {
+    return path == o.path && weight == o.weight && repeats == o.repeats;
+  }
+};
+
 struct DataSpec {
   // synthetic | latents (a cache written by a preprocess job) | video (preprocess only)
   DataKind kind = DataKind::kSynthetic;
   std::string path;  // latents: directory of *.safetensors shards
+  // latents: several caches mixed by weight or repeats (instead of `path`; docs/real-data.md).
+  std::vector<DataSource> sources;
   // synthetic source: generated deterministically from `seed`.
   int64_t num_samples = 64;
   int64_t frames = 8;

@@ -83,14 +83,27 @@ std::optional<int64_t> MotionFramesLimit(const ModelSpec& m) {
 }
 
 std::optional<int64_t> CacheFrames(const std::string& cache_dir) {
+  const auto settings = ReadCacheSettings(cache_dir);
+  return settings ? settings->frames : std::nullopt;
+}
+
+std::optional<CacheSettings> ReadCacheSettings(const std::string& cache_dir) {
   const std::string text = ReadFileText(cache_dir + "/settings.json");
   if (text.empty()) return std::nullopt;
+  CacheSettings out;
   try {
     const auto j = nlohmann::json::parse(text);
-    if (j.contains("frames") && j["frames"].is_number_integer()) return j["frames"].get<int64_t>();
+    if (j.contains("frames") && j["frames"].is_number_integer())
+      out.frames = j["frames"].get<int64_t>();
+    if (j.contains("sample_width") && j["sample_width"].is_number_integer() &&
+        j.contains("sample_height") && j["sample_height"].is_number_integer()) {
+      out.size = std::pair{std::to_string(j["sample_width"].get<int64_t>()),
+                           std::to_string(j["sample_height"].get<int64_t>())};
+    }
   } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // the worker names a malformed cache
   }
-  return std::nullopt;
+  return out;
 }
 
 Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
@@ -113,19 +126,52 @@ Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
                            "preprocess.output), and no queued or running preprocess job writes it");
   };
   if (spec.data.kind == DataKind::kLatents && !preprocess) {
-    ADCTL_RETURN_IF_ERROR(check_cache("data.path", spec.data.path));
-    if (const auto frames = CacheFrames(spec.data.path)) {
-      if (inputs.data_frames_set && *frames != spec.data.frames) {
-        return InvalidArgument("data.frames: " + std::to_string(spec.data.frames) +
-                               ", and the cache in " + spec.data.path + " was made with " +
-                               std::to_string(*frames) +
-                               " frames a clip (remove data.frames to train on the cache's)");
+    // data.path, or each of data.sources: it exists, its frames agree with data.frames (when
+    // set), the motion modules and the other sources, and its pixel size with the others'.
+    std::vector<std::pair<std::string, std::string>> caches;  // (field, path)
+    if (spec.data.sources.empty()) {
+      caches.emplace_back("data.path", spec.data.path);
+    } else {
+      for (size_t i = 0; i < spec.data.sources.size(); ++i) {
+        caches.emplace_back("data.sources[" + std::to_string(i) + "].path",
+                            spec.data.sources[i].path);
       }
-      if (const auto limit = MotionFramesLimit(spec.model); limit && *frames > *limit) {
-        return InvalidArgument("data.path: the cache in " + spec.data.path + " holds clips of " +
-                               std::to_string(*frames) +
-                               " frames; the motion modules hold at most " +
-                               std::to_string(*limit));
+    }
+    std::optional<CacheSettings> first;
+    std::string first_field;
+    for (const auto& [field, path] : caches) {
+      ADCTL_RETURN_IF_ERROR(check_cache(field.c_str(), path));
+      const std::optional<CacheSettings> settings = ReadCacheSettings(path);
+      if (!settings) continue;
+      if (const auto frames = settings->frames) {
+        if (inputs.data_frames_set && *frames != spec.data.frames) {
+          return InvalidArgument("data.frames: " + std::to_string(spec.data.frames) +
+                                 ", and the cache in " + path + " was made with " +
+                                 std::to_string(*frames) +
+                                 " frames a clip (remove data.frames to train on the cache's)");
+        }
+        if (const auto limit = MotionFramesLimit(spec.model); limit && *frames > *limit) {
+          return InvalidArgument(
+              field + ": the cache in " + path + " holds clips of " + std::to_string(*frames) +
+              " frames; the motion modules hold at most " + std::to_string(*limit));
+        }
+      }
+      if (!first) {
+        first = settings;
+        first_field = field;
+        continue;
+      }
+      if (settings->frames && first->frames && *settings->frames != *first->frames) {
+        return InvalidArgument(field + ": the cache in " + path + " holds clips of " +
+                               std::to_string(*settings->frames) + " frames, " + first_field +
+                               "'s of " + std::to_string(*first->frames) +
+                               " (the sources of a mix must agree on frames)");
+      }
+      if (settings->size && first->size && *settings->size != *first->size) {
+        return InvalidArgument(
+            field + ": the cache in " + path + " was made at " + settings->size->first + "x" +
+            settings->size->second + " pixels, " + first_field + "'s at " + first->size->first +
+            "x" + first->size->second + " (the sources of a mix must agree on the latent size)");
       }
     }
   }

@@ -5,16 +5,18 @@
 //   - `data.frames` and `validation.frames` within the motion modules' positional table (the
 //     frames they hold: a preset's layout, a MotionAdapter's or UNetMotionModel's
 //     `motion_max_seq_length`, an AnimateDiff file's `pos_encoder.pe` length);
-//   - a latent cache (`data.path`, `eval.path` of kind latents) exists, unless a preprocess job
-//     in the queue is writing it;
+//   - a latent cache (`data.path`, each of `data.sources`, `eval.path`) exists, unless a
+//     preprocess job in the queue is writing it;
 //   - `data.frames`, when the spec sets it, equals the frames the cache was made with
-//     (otherwise the cache's would be used silently).
+//     (otherwise the cache's would be used silently);
+//   - the caches of a mix (`data.sources`) agree on frames and pixel size.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -28,6 +30,13 @@ std::optional<int64_t> MotionFramesLimit(const ModelSpec& m);
 
 // The frames a latent cache was made with (its settings.json); nullopt when it does not say.
 std::optional<int64_t> CacheFrames(const std::string& cache_dir);
+
+// What a latent cache's settings.json says of its clips' shape (what it says).
+struct CacheSettings {
+  std::optional<int64_t> frames;
+  std::optional<std::pair<std::string, std::string>> size;  // pixels: (width, height)
+};
+std::optional<CacheSettings> ReadCacheSettings(const std::string& cache_dir);
 
 // Whether a spec's YAML text or its `--set` overrides ("data.frames=8") name the dotted field
 // `path` (as opposed to leaving its default).

@@ -45,7 +45,7 @@ Status NeedAbsolute(const std::string& field, const std::string& path) {
 Status CheckSpecPaths(const JobSpec& spec, const std::string& data_dir, const PathRoots& roots) {
   const fs::path data = Resolved(data_dir);
   const fs::path jobs = data / "jobs";
-  const std::vector<std::pair<std::string, std::string>> inputs = {
+  std::vector<std::pair<std::string, std::string>> inputs = {
       {"model.pretrained", spec.model.pretrained},
       {"model.unet2d", spec.model.unet2d},
       {"model.motion_adapter", spec.model.motion_adapter},
@@ -57,6 +57,9 @@ Status CheckSpecPaths(const JobSpec& spec, const std::string& data_dir, const Pa
       {"data.video_dir", spec.data.video_dir},
       {"eval.path", spec.eval.path},
   };
+  for (size_t i = 0; i < spec.data.sources.size(); ++i) {
+    inputs.emplace_back("data.sources[" + std::to_string(i) + "].path", spec.data.sources[i].path);
+  }
   for (const auto& [field, path] : inputs) {
     if (path.empty()) continue;
     ADCTL_RETURN_IF_ERROR(NeedAbsolute(field, path));

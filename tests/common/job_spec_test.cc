@@ -406,6 +406,7 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.train.ema.decay = 0.999;  // the EMA's when it is on, and the weights when not raw
   spec.validation.weights = spec.eval.weights = spec.exports.weights = "ema";
   spec.checkpoint.keep_best.k = 2;
+  spec.data.sources = {{"/c", 1, 0}};  // and data.sources when a mix is asked for
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     // Nested two spaces a level: "name", "  lr", "    rank".
@@ -567,6 +568,64 @@ TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {
           .status()
           .message(),
       HasSubstr("apply to resources.launcher: slurm only"));
+}
+
+// data.sources (issue 32 item 3): a list of {path, weight | repeats}, round-tripped, with the
+// mistakes a user makes named.
+TEST(JobSpecTest, DataSourcesAreAListOfWeightedOrRepeatedCaches) {
+  const std::string base = "model: {preset: tiny}\ntrain: {max_steps: 2}\n";
+  auto mix = ParseJobSpec(base +
+                          "data:\n  kind: latents\n  sources:\n    - {path: /c/webvid, weight: 3}\n"
+                          "    - path: /c/ours\n      weight: 1.5\n");
+  ASSERT_TRUE(mix.ok()) << mix.status().ToString();
+  ASSERT_EQ(mix->data.sources.size(), 2u);
+  EXPECT_EQ(mix->data.sources[0], (DataSource{"/c/webvid", 3, 0}));
+  EXPECT_EQ(mix->data.sources[1], (DataSource{"/c/ours", 1.5, 0}));
+  const std::string yaml = JobSpecToYaml(*mix);
+  EXPECT_THAT(yaml, HasSubstr("  sources: [{path: \"/c/webvid\", weight: 3}, "
+                              "{path: \"/c/ours\", weight: 1.5}]\n"));
+  auto again = ParseJobSpec(yaml);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(*again == *mix);
+  auto other =
+      ParseJobSpec(yaml, {"data.sources=[{path: /c/webvid, repeats: 2}, {path: /c/ours}]"});
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(*other == *mix);
+  EXPECT_EQ(other->data.sources[0].repeats, 2);
+  EXPECT_EQ(
+      JobSpecToYaml(*ParseJobSpec(base + "data: {kind: latents, path: /c}\n")).find("\n  sources:"),
+      std::string::npos)
+      << "left out of a one-cache spec";
+
+  const std::string latents = base + "data:\n  kind: latents\n";
+  for (const auto& [data, message] : std::vector<std::pair<std::string, std::string>>{
+           {"  sources: [{path: /a, wieght: 3}]\n",
+            "unknown field 'data.sources[0].wieght' (a source has path, weight, repeats)"},
+           {"  sources: [/a, /b]\n",
+            "data.sources[0]: expected a mapping {path, weight | repeats}"},
+           {"  sources: {path: /a}\n", "data.sources: expected a list"},
+           {"  sources: [{weight: 3}]\n", "data.sources[0].path: required"},
+           {"  sources: [{path: /a, weight: 0}, {path: /b, weight: 1}]\n",
+            "data.sources[0]: no weight, and data.sources[1] has one"},
+           {"  sources: [{path: /a, weight: -2}]\n", "data.sources[0].weight: must be in (0, 1e6]"},
+           {"  sources: [{path: /a, weight: 2, repeats: 2}]\n",
+            "data.sources[0]: give weight or repeats, not both"},
+           {"  sources: [{path: /a, repeats: 0.5}]\n",
+            "data.sources[0].repeats: expected an integer"},
+           {"  sources: [{path: /a}, {path: /a, repeats: 2}]\n",
+            "data.sources[1].path: the same cache as data.sources[0]"},
+           {"  sources: [{path: /a, weight: 3}, {path: /b}]\n",
+            "data.sources[1]: no weight, and data.sources[0] has one"},
+           {"  path: /c\n  sources: [{path: /a}]\n", "data.path and data.sources: give one"},
+       }) {
+    auto bad = ParseJobSpec(latents + data);
+    ASSERT_FALSE(bad.ok()) << data;
+    EXPECT_THAT(bad.status().message(), HasSubstr(message)) << data;
+  }
+  auto synthetic = ParseJobSpec(base + "data: {kind: synthetic, sources: [{path: /a}]}\n");
+  ASSERT_FALSE(synthetic.ok());
+  EXPECT_THAT(synthetic.status().message(),
+              HasSubstr("data.sources: only used with data.kind 'latents', got kind 'synthetic'"));
 }
 
 TEST(JobSpecTest, DocumentationCoversEveryField) {

@@ -26,11 +26,14 @@ class SubmitCheckTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // A latent cache folder whose settings.json says `frames`.
-  std::string Cache(int frames) {
-    const fs::path cache = dir_ / ("cache" + std::to_string(frames));
+  // A latent cache folder whose settings.json says `frames` (and the pixel size).
+  std::string Cache(int frames, int side = 256, const std::string& tag = "") {
+    const fs::path cache = dir_ / ("cache" + std::to_string(frames) +
+                                   (side == 256 ? "" : "-" + std::to_string(side)) + tag);
     fs::create_directories(cache / "shards");
-    std::ofstream(cache / "settings.json") << "{\"frames\": " << frames << ", \"stride\": 4}\n";
+    std::ofstream(cache / "settings.json")
+        << "{\"frames\": " << frames << ", \"stride\": 4, \"sample_height\": " << side
+        << ", \"sample_width\": " << side << "}\n";
     return cache.string();
   }
   static JobSpec Tiny() {
@@ -102,6 +105,35 @@ TEST_F(SubmitCheckTest, DataFramesThatDisagreeWithTheCacheAreRefusedWhenSet) {
   set.data_frames_set = false;
   EXPECT_THAT(CheckSubmitInputs(s, set).message(),
               HasSubstr("holds clips of 40 frames; the motion modules hold at most 32"));
+}
+
+// data.sources (issue 32 item 3): every cache of a mix is checked like data.path, and the
+// caches must agree on frames and pixel size.
+TEST_F(SubmitCheckTest, TheCachesOfAMixExistAndAgree) {
+  JobSpec s = Tiny();
+  s.data.kind = DataKind::kLatents;
+  s.data.sources = {{Cache(8), 3, 0}, {(dir_ / "missing").string(), 1, 0}};
+  EXPECT_THAT(
+      CheckSubmitInputs(s, {}).message(),
+      HasSubstr("data.sources[1].path: " + (dir_ / "missing").string() + " does not exist"));
+  s.data.sources[1].path = Cache(16);
+  EXPECT_THAT(CheckSubmitInputs(s, {}).message(),
+              HasSubstr("data.sources[1].path: the cache in " + s.data.sources[1].path +
+                        " holds clips of 16 frames, data.sources[0].path's of 8"));
+  s.data.sources[1].path = Cache(8, 320);
+  EXPECT_THAT(CheckSubmitInputs(s, {}).message(),
+              HasSubstr("was made at 320x320 pixels, data.sources[0].path's at 256x256"));
+  s.data.sources[1].path = Cache(8, 256, "-webvid");
+  s.data.sources.push_back({Cache(40), 1, 0});
+  EXPECT_THAT(CheckSubmitInputs(s, {}).message(),
+              HasSubstr("data.sources[2].path: the cache in " + s.data.sources[2].path +
+                        " holds clips of 40 frames; the motion modules hold at most 32"));
+  s.data.sources.pop_back();
+  EXPECT_TRUE(CheckSubmitInputs(s, {}).ok());
+  SubmitInputs set;
+  set.data_frames_set = true;
+  s.data.frames = 4;
+  EXPECT_THAT(CheckSubmitInputs(s, set).message(), HasSubstr("data.frames: 4, and the cache in"));
 }
 
 TEST(SpecNamesFieldTest, TheYamlOrAnOverrideNamesIt) {

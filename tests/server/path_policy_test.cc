@@ -83,6 +83,13 @@ TEST_F(PathPolicyTest, InputsAreAbsoluteAndUnderTheReadRoots) {
   EXPECT_THAT(Check(spec, roots), HasSubstr("data.path: '" + spec.data.path + "' is outside"));
   spec.data.path = "models/sd15";
   EXPECT_THAT(Check(spec, roots), HasSubstr("data.path: 'models/sd15' must be an absolute path"));
+  // Every cache of a mix is an input like data.path.
+  spec.data.path = "";
+  spec.data.sources = {{dir_ + "/models/a", 3, 0}, {dir_ + "/secret/b", 1, 0}};
+  EXPECT_THAT(Check(spec, roots),
+              HasSubstr("data.sources[1].path: '" + dir_ + "/secret/b' is outside"));
+  spec.data.sources[1].path = "b";
+  EXPECT_THAT(Check(spec, roots), HasSubstr("data.sources[1].path: 'b' must be an absolute path"));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "common/worker_contract.h"
 #include "tests/testing/worker_process.h"
+#include "worker/data/latent_dataset.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -92,6 +93,41 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
   // A tenth of one AdamW step (lr 1e-3): Adam's m/√v normalisation magnifies the float rounding
   // of near-zero gradients summed in another order, so bitwise equality is not expected.
   EXPECT_LT(worst, 1e-4) << worst_key;
+}
+
+// A weighted mix of caches (data.sources) keeps the rule: each draw depends on its global
+// position only, so 2 ranks of batch 2 take exactly the clips 1 rank of batch 4 takes.
+TEST_F(DataParallelTest, TwoRanksEqualOneRankOnAWeightedMixOfCaches) {
+  DataSpec a;
+  a.num_samples = 12;
+  a.frames = 4;
+  a.height = a.width = 8;
+  a.text_len = 4;
+  DataSpec b = a;
+  b.seed = 9;
+  b.num_samples = 5;
+  ASSERT_TRUE(WriteSyntheticShards(a, 4, 32, (root_ / "cache-a").string(), 4).ok());
+  ASSERT_TRUE(WriteSyntheticShards(b, 4, 32, (root_ / "cache-b").string(), 4).ok());
+  const std::string mix = "data.sources=[{path: " + (root_ / "cache-a").string() +
+                          ", weight: 1}, {path: " + (root_ / "cache-b").string() + ", weight: 3}]";
+  const std::vector<std::string> latents = {"--set", "data.kind=latents", "--set", mix};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), latents.begin(), latents.end());
+    return extra;
+  };
+  const pid_t one = Spawn(Args("one", 0, 1, with({"--set", "train.batch_size=4"})), Log("one"));
+  ASSERT_EQ(WaitFor(one, std::chrono::seconds(240)), kExitOk);
+  const pid_t r0 = Spawn(Args("two", 0, 2, with({})), Log("two-0"));
+  const pid_t r1 = Spawn(Args("two", 1, 2, with({})), Log("two-1"));
+  ASSERT_EQ(WaitFor(r0, std::chrono::seconds(240)), kExitOk);
+  ASSERT_EQ(WaitFor(r1, std::chrono::seconds(60)), kExitOk);
+  const auto single = Losses((root_ / "one-0.jsonl").string());
+  const auto rank0 = Losses((root_ / "two-0.jsonl").string());
+  ASSERT_EQ(single.size(), 4u);
+  ASSERT_EQ(rank0.size(), 4u);
+  for (const auto& [step, loss] : single) {
+    EXPECT_NEAR(rank0.at(step), loss, 1e-5 * std::max(1.0, loss)) << "step " << step;
+  }
 }
 
 // SIGTERM before the training loop (here: waiting at the rendezvous for a rank that never

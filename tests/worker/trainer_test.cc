@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -178,6 +179,46 @@ TEST_F(TrainerTest, LatentShardsTrainLikeTheSyntheticSource) {
   spec.data.path = (root_ / "shards").string();
   ASSERT_EQ(Train(spec, "s2", &shards), kExitOk);
   EXPECT_EQ(synthetic.losses, shards.losses);
+}
+
+// data.sources (issue 32 item 3): a weighted mix of two caches trains, says how it mixes, and a
+// paused run resumes on the same loss curve; caches of another shape are a bad spec.
+TEST_F(TrainerTest, AWeightedMixOfCachesResumesOnTheSameLossCurve) {
+  auto spec = Spec();
+  auto other = spec.data;
+  other.seed = 5;
+  other.num_samples = 8;
+  ASSERT_TRUE(WriteSyntheticShards(spec.data, 4, 32, (root_ / "a").string(), 5).ok());
+  ASSERT_TRUE(WriteSyntheticShards(other, 4, 32, (root_ / "b").string(), 5).ok());
+  spec.data.kind = DataKind::kLatents;
+  spec.data.sources = {{(root_ / "a").string(), 3, 0}, {(root_ / "b").string(), 1, 0}};
+  RecordingReporter full;
+  ASSERT_EQ(Train(spec, "full", &full), kExitOk) << (full.events.empty() ? "" : full.events.back());
+  EXPECT_NE(std::find_if(full.events.begin(), full.events.end(),
+                         [](const auto& e) {
+                           return e.find("data: 2 sources mixed, 1000 draws an epoch") == 0;
+                         }),
+            full.events.end());
+  RecordingReporter first, second;
+  first.stop_after = 3;
+  ASSERT_EQ(Train(spec, "resumed", &first), kExitStopped);
+  ASSERT_EQ(Train(spec, "resumed", &second), kExitOk);
+  ASSERT_EQ(second.losses.size(), 3u);
+  for (const auto& [step, loss] : second.losses) {
+    EXPECT_NEAR(loss, full.losses.at(step), 1e-6 * std::max(1.0, std::abs(loss)))
+        << "step " << step;
+  }
+  // Another frame count in the second cache: refused before training, naming the source.
+  other.frames = 6;
+  ASSERT_TRUE(WriteSyntheticShards(other, 4, 32, (root_ / "c").string(), 5).ok());
+  spec.data.sources[1].path = (root_ / "c").string();
+  RecordingReporter bad;
+  EXPECT_EQ(Train(spec, "bad", &bad), kExitBadSpec);
+  ASSERT_FALSE(bad.events.empty());
+  EXPECT_NE(bad.events.back().find("data.sources[1]: " + spec.data.sources[1].path +
+                                   " holds clips of latents [4, 6, 8, 8]"),
+            std::string::npos)
+      << bad.events.back();
 }
 
 TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {

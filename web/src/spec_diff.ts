@@ -16,6 +16,8 @@ export interface DiffRow {
 function show(value: unknown): string {
   if (typeof value === "string") return value === "" ? '""' : value;
   if (Array.isArray(value)) return `[${value.map((v) => (typeof v === "string" ? JSON.stringify(v) : show(v))).join(", ")}]`;
+  // A list's mappings (data.sources: [{path, weight}]) as JSON.
+  if (value !== null && typeof value === "object") return JSON.stringify(value);
   return String(value);
 }
 

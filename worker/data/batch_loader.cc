@@ -23,12 +23,13 @@ BatchLoader::HostBatch BatchLoader::DrawHostBatch() {
   for (size_t i = 0; i < indices.size(); ++i) {
     // Noise, timestep, the latent draw and caption dropout depend only on the seed and the
     // sample's run-wide position.
-    auto gen = at::detail::createCPUGenerator(
-        options_.seed * 0x9E3779B97F4A7C15ULL +
-        static_cast<uint64_t>(sampler_.GlobalPosition(static_cast<int64_t>(i))));
+    const int64_t position = sampler_.GlobalPosition(static_cast<int64_t>(i));
+    auto gen = at::detail::createCPUGenerator(options_.seed * 0x9E3779B97F4A7C15ULL +
+                                              static_cast<uint64_t>(position));
     noise.push_back(torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
     steps.push_back(torch::randint(0, schedule_.num_train_timesteps(), {1}, gen, torch::kLong));
-    auto sample = dataset_.Draw(indices[i], gen, options_.caption_dropout);
+    auto sample = dataset_.DrawAt(indices[i], position / sampler_.dataset_size(), gen,
+                                  options_.caption_dropout);
     x0.push_back(sample.latents);
     text.push_back(sample.text);
   }

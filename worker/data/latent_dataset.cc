@@ -90,8 +90,8 @@ torch::Tensor Row(const TensorInfo& info, int64_t row) {
 class ShardDataset : public LatentDataset {
  public:
   static Result<std::unique_ptr<LatentDataset>> Open(const std::string& dir, int64_t channels,
-                                                     int64_t text_dim) {
-    if (!fs::is_directory(dir)) return NotFound("data.path: " + dir + " is not a directory");
+                                                     int64_t text_dim, const std::string& field) {
+    if (!fs::is_directory(dir)) return NotFound(field + ": " + dir + " is not a directory");
     auto ds = std::make_unique<ShardDataset>();
     std::vector<std::string> paths;
     auto cache = ReadLatentCacheIndex(dir);
@@ -101,7 +101,7 @@ class ShardDataset : public LatentDataset {
         if (shard.clips > 0) paths.push_back((fs::path(dir) / shard.file).string());
       }
       if (paths.empty()) {
-        return InvalidArgument("data.path: the cache " + dir + " holds no clip (" +
+        return InvalidArgument(field + ": the cache " + dir + " holds no clip (" +
                                std::to_string(cache->skipped_total) + " videos were skipped)");
       }
       auto empty = ReadTensorFile((fs::path(dir) / kEmptyCaptionFile).string());
@@ -114,7 +114,7 @@ class ShardDataset : public LatentDataset {
       return cache.status();
     } else {
       if (fs::exists(fs::path(dir) / "shards")) {
-        return FailedPrecondition("data.path: " + dir +
+        return FailedPrecondition(field + ": " + dir +
                                   " is an unfinished latent cache (no index.json): run or resume "
                                   "its preprocess job to the end first");
       }
@@ -122,7 +122,7 @@ class ShardDataset : public LatentDataset {
         if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
       }
       std::sort(paths.begin(), paths.end());
-      if (paths.empty()) return NotFound("data.path: no *.safetensors shards in " + dir);
+      if (paths.empty()) return NotFound(field + ": no *.safetensors shards in " + dir);
     }
     for (const auto& p : paths) {
       auto file = SafetensorsFile::Open(p);
@@ -172,11 +172,11 @@ class ShardDataset : public LatentDataset {
       ds->shards_.push_back(std::move(s));
     }
     if (ds->shape_.channels != channels) {
-      return InvalidArgument("data.path: latents have " + std::to_string(ds->shape_.channels) +
+      return InvalidArgument(field + ": latents have " + std::to_string(ds->shape_.channels) +
                              " channels, the model's in_channels is " + std::to_string(channels));
     }
     if (ds->shape_.text_dim != text_dim) {
-      return InvalidArgument("data.path: text_states have width " +
+      return InvalidArgument(field + ": text_states have width " +
                              std::to_string(ds->shape_.text_dim) +
                              ", the model's cross_attention_dim is " + std::to_string(text_dim));
     }
@@ -231,11 +231,13 @@ class ShardDataset : public LatentDataset {
 }  // namespace
 
 Result<std::unique_ptr<LatentDataset>> OpenLatentDataset(const DataSpec& spec, int64_t channels,
-                                                         int64_t text_dim) {
+                                                         int64_t text_dim,
+                                                         const std::string& field) {
   if (spec.kind == DataKind::kSynthetic) {
     return std::unique_ptr<LatentDataset>(new SyntheticDataset(spec, channels, text_dim));
   }
-  if (spec.kind == DataKind::kLatents) return ShardDataset::Open(spec.path, channels, text_dim);
+  if (spec.kind == DataKind::kLatents)
+    return ShardDataset::Open(spec.path, channels, text_dim, field);
   return InvalidArgument("data.kind: unknown kind '" + Name(spec.kind) + "' (synthetic, latents)");
 }
 

@@ -51,14 +51,24 @@ class LatentDataset {
     (void)caption_dropout;
     return Get(index);
   }
+  // Draw as the sampler's epoch `epoch` sees it: a mix of sources (worker/data/sources.h) maps
+  // an index to a clip by epoch; other datasets are the same every epoch.
+  virtual LatentSample DrawAt(int64_t index, int64_t epoch, at::Generator& gen,
+                              double caption_dropout) const {
+    (void)epoch;
+    return Draw(index, gen, caption_dropout);
+  }
   // Whether Draw can swap in an empty caption (the source stores its text state).
   virtual bool has_empty_caption() const { return false; }
 };
 
-// Opens `spec.data` (synthetic or latents). `text_dim` is the model's cross-attention width
-// (the synthetic source generates it; shards must match it). Errors name the path and problem.
+// Opens `spec.data` (synthetic, or the latents at data.path; a mix of data.sources is opened by
+// OpenTrainingData, worker/data/sources.h). `text_dim` is the model's cross-attention width
+// (the synthetic source generates it; shards must match it). Errors name `field` (the spec
+// field naming the cache), the path and the problem.
 Result<std::unique_ptr<LatentDataset>> OpenLatentDataset(const DataSpec& spec, int64_t channels,
-                                                         int64_t text_dim);
+                                                         int64_t text_dim,
+                                                         const std::string& field = "data.path");
 
 // Writes `spec`'s synthetic clips as shards of at most `shard_size` clips into `dir`.
 Status WriteSyntheticShards(const DataSpec& spec, int64_t channels, int64_t text_dim,

@@ -26,6 +26,18 @@ uint64_t UniformBelow(uint64_t& state, uint64_t bound) {
 
 }  // namespace
 
+std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> permutation(static_cast<size_t>(n));
+  std::iota(permutation.begin(), permutation.end(), int64_t{0});
+  // One stream per (seed, epoch); Fisher-Yates (Knuth, TAOCP vol. 2, Algorithm 3.4.2 P).
+  uint64_t state = seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(epoch + 1));
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(UniformBelow(state, static_cast<uint64_t>(i + 1)));
+    std::swap(permutation[i], permutation[j]);
+  }
+  return permutation;
+}
+
 DistributedSampler::DistributedSampler(int64_t dataset_size, int rank, int world_size,
                                        uint64_t seed, bool shuffle)
     : dataset_size_(dataset_size),
@@ -51,15 +63,11 @@ Status DistributedSampler::CheckFits(int64_t dataset_size, int world_size, int64
 
 const std::vector<int64_t>& DistributedSampler::Permutation() {
   if (cached_epoch_ == epoch_) return permutation_;
-  permutation_.resize(static_cast<size_t>(dataset_size_));
-  std::iota(permutation_.begin(), permutation_.end(), int64_t{0});
   if (shuffle_) {
-    // One stream per (seed, epoch); Fisher-Yates (Knuth, TAOCP vol. 2, Algorithm 3.4.2 P).
-    uint64_t state = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(epoch_ + 1));
-    for (int64_t i = dataset_size_ - 1; i > 0; --i) {
-      const auto j = static_cast<int64_t>(UniformBelow(state, static_cast<uint64_t>(i + 1)));
-      std::swap(permutation_[i], permutation_[j]);
-    }
+    permutation_ = SeededPermutation(dataset_size_, seed_, epoch_);
+  } else {
+    permutation_.resize(static_cast<size_t>(dataset_size_));
+    std::iota(permutation_.begin(), permutation_.end(), int64_t{0});
   }
   cached_epoch_ = epoch_;
   return permutation_;

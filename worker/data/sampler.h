@@ -23,6 +23,10 @@
 
 namespace adctl {
 
+// The seeded permutation of [0, n) that DistributedSampler uses for `epoch` (SplitMix64 +
+// Fisher-Yates): the same on every machine.
+std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed, int64_t epoch);
+
 class DistributedSampler {
  public:
   DistributedSampler(int64_t dataset_size, int rank, int world_size, uint64_t seed,

@@ -6,26 +6,6 @@
 
 namespace adctl {
 
-HoldoutSplit SplitHoldout(int64_t dataset_size, int64_t count, uint64_t seed) {
-  HoldoutSplit split;
-  if (count <= 0 || dataset_size <= 0) {
-    for (int64_t i = 0; i < dataset_size; ++i) split.train.push_back(i);
-    return split;
-  }
-  // The first `count` of the sampler's seeded permutation: the same clips on every machine.
-  DistributedSampler draw(dataset_size, /*rank=*/0, /*world_size=*/1, seed);
-  split.eval = draw.Next(std::min(count, dataset_size));
-  std::sort(split.eval.begin(), split.eval.end());
-  for (int64_t i = 0, e = 0; i < dataset_size; ++i) {
-    if (e < static_cast<int64_t>(split.eval.size()) && split.eval[e] == i) {
-      ++e;
-    } else {
-      split.train.push_back(i);
-    }
-  }
-  return split;
-}
-
 Evaluator::Evaluator(std::shared_ptr<const LatentDataset> clips, const EvalSpec& spec,
                      const NoiseSchedule& schedule, PredictionType prediction, torch::Device device,
                      torch::ScalarType compute_dtype)

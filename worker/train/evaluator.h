@@ -10,7 +10,8 @@
 // gradients.
 //
 // The held-out clips come from the training data (`holdout_clips`: drawn by eval.seed, never
-// trained on: SplitHoldout, SubsetDataset) or from a cache of their own (`eval.path`).
+// trained on: worker/data/sources.h, OpenTrainingData) or from a cache of their own
+// (`eval.path`).
 // Thread-compatible.
 #pragma once
 
@@ -24,6 +25,7 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "worker/data/latent_dataset.h"
+#include "worker/data/sources.h"
 #include "worker/diffusion/ddpm.h"
 #include "worker/dist/communicator.h"
 #include "worker/model/unet3d.h"
@@ -34,32 +36,6 @@ namespace adctl {
 struct EvalLoss {
   double loss = 0;                                      // mean over clips and timesteps
   std::vector<std::pair<int64_t, double>> by_timestep;  // (t, mean over clips), spec order
-};
-
-// `count` clips of [0, dataset_size) held out for eval, drawn by `seed` (ascending), and the
-// others, for training (ascending).
-struct HoldoutSplit {
-  std::vector<int64_t> eval;
-  std::vector<int64_t> train;
-};
-HoldoutSplit SplitHoldout(int64_t dataset_size, int64_t count, uint64_t seed);
-
-// The clips `indices` of `base`, in that order: clip i is base's clip indices[i].
-class SubsetDataset : public LatentDataset {
- public:
-  SubsetDataset(std::shared_ptr<const LatentDataset> base, std::vector<int64_t> indices)
-      : base_(std::move(base)), indices_(std::move(indices)) {}
-  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
-  const LatentShape& shape() const override { return base_->shape(); }
-  LatentSample Get(int64_t index) const override { return base_->Get(indices_.at(index)); }
-  LatentSample Draw(int64_t index, at::Generator& gen, double caption_dropout) const override {
-    return base_->Draw(indices_.at(index), gen, caption_dropout);
-  }
-  bool has_empty_caption() const override { return base_->has_empty_caption(); }
-
- private:
-  std::shared_ptr<const LatentDataset> base_;
-  std::vector<int64_t> indices_;
 };
 
 class Evaluator {

@@ -21,6 +21,7 @@
 #include "worker/data/batch_loader.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/data/sampler.h"
+#include "worker/data/sources.h"
 #include "worker/diffusion/ddpm.h"
 #include "worker/kernels/dispatch.h"
 #include "worker/model/lora.h"
@@ -198,40 +199,17 @@ class Trainer {
   // The dataset and this rank's sampler over it.
   std::optional<Failure> BuildData() {
     const auto& unet_cfg = model_->unet_config();
-    auto dataset =
-        OpenLatentDataset(spec_.data, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
-    if (!dataset.ok()) return Failure{kExitDataError, dataset.status().ToString()};
-    std::shared_ptr<const LatentDataset> all = std::move(*dataset);
-    dataset_ = all;
-    const EvalSpec& eval = spec_.eval;
-    if (eval.holdout_clips > 0) {
-      // Held out by eval.seed, never drawn for training: the sampler runs over the rest.
-      if (eval.holdout_clips >= all->size()) {
-        return Failure{kExitBadSpec, "eval.holdout_clips: " + std::to_string(eval.holdout_clips) +
-                                         " leaves none of the dataset's " +
-                                         std::to_string(all->size()) + " clips to train on"};
-      }
-      const HoldoutSplit split =
-          SplitHoldout(all->size(), eval.holdout_clips, static_cast<uint64_t>(eval.seed));
-      dataset_ = std::make_shared<SubsetDataset>(all, split.train);
-      eval_clips_ = std::make_shared<SubsetDataset>(all, split.eval);
-    } else if (!eval.path.empty()) {
-      DataSpec clips = spec_.data;
-      clips.kind = DataKind::kLatents;
-      clips.path = eval.path;
-      auto opened = OpenLatentDataset(clips, unet_cfg.in_channels, unet_cfg.cross_attention_dim);
-      if (!opened.ok()) {
-        return Failure{kExitDataError, "eval.path: " + opened.status().ToString()};
-      }
-      eval_clips_ = std::move(*opened);
-      const auto& a = all->shape();
-      const auto& b = eval_clips_->shape();
-      if (a.channels != b.channels || a.frames != b.frames || a.height != b.height ||
-          a.width != b.width || a.text_dim != b.text_dim) {
-        return Failure{kExitBadSpec, "eval.path: its clips are " + b.ToString() +
-                                         ", the training data's " + a.ToString()};
-      }
+    bool spec_error = false;
+    auto data =
+        OpenTrainingData(spec_, unet_cfg.in_channels, unet_cfg.cross_attention_dim, &spec_error);
+    if (!data.ok()) {
+      return Failure{spec_error ? kExitBadSpec : kExitDataError,
+                     spec_error ? data.status().message() : data.status().ToString()};
     }
+    dataset_ = data->train;
+    eval_clips_ = data->eval;
+    if (!data->description.empty())
+      reporter_.OnEvent(EventLevel::kInfo, "data: " + data->description);
     const auto& shape = dataset_->shape();
     metrics_->SetWorkload(unet_cfg, model_->motion_config(), shape);
     if (device_.is_cuda()) {  // compiles cuDNN's attention kernels while the set-up goes on
