@@ -17,6 +17,7 @@ const std::vector<ExitCodeInfo>& WorkerExitCodes() {
       {kExitDataError, ExitClass::kFatal, "data missing or corrupt"},
       {kExitModelError, ExitClass::kFatal, "model weights missing or corrupt"},
       {kExitStorageError, ExitClass::kFatal, "cannot write its output (permission or disk space)"},
+      {kExitNotFinite, ExitClass::kFatal, "loss or gradients not finite"},
       {kExitStopped, ExitClass::kStopped, "stopped after checkpoint"},
       {kExitTransient, ExitClass::kRetryable, "rendezvous or communication failure"},
       {kExitNotExecuted, ExitClass::kRetryable, "worker binary could not be executed"},

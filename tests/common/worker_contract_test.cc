@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "common/job_layout.h"
 
@@ -24,10 +26,28 @@ TEST(WorkerContractTest, EveryDocumentedCodeHasOneClassAndADescription) {
   EXPECT_EQ(ClassifyExitCode(kExitBadSpec), ExitClass::kFatal);
   EXPECT_EQ(ClassifyExitCode(kExitDataError), ExitClass::kFatal);
   EXPECT_EQ(ClassifyExitCode(kExitModelError), ExitClass::kFatal);
+  EXPECT_EQ(ClassifyExitCode(kExitStorageError), ExitClass::kFatal);
+  EXPECT_EQ(ClassifyExitCode(kExitNotFinite), ExitClass::kFatal) << "a retry meets the same NaN";
   EXPECT_EQ(ClassifyExitCode(kExitCrash), ExitClass::kRetryable);
   EXPECT_EQ(ClassifyExitCode(kExitTransient), ExitClass::kRetryable);
   EXPECT_EQ(ClassifyExitCode(42), ExitClass::kRetryable);  // unknown
   EXPECT_EQ(DescribeExitCode(42), "");
+}
+
+// The exit-code tables users read (README.md, docs/worker-contract.md) list every code of the
+// code's table.
+TEST(WorkerContractTest, TheDocumentedTablesListEveryCode) {
+  for (const char* doc : {"README.md", "docs/worker-contract.md"}) {
+    std::ifstream in(std::string(ADCTL_REPO_ROOT) + "/" + doc);
+    ASSERT_TRUE(in) << doc;
+    std::stringstream text;
+    text << in.rdbuf();
+    for (const ExitCodeInfo& info : WorkerExitCodes()) {
+      if (info.code == kExitNotExecuted) continue;  // adctld's own reading of a failed exec
+      EXPECT_NE(text.str().find("\n| " + std::to_string(info.code) + " | "), std::string::npos)
+          << doc << " lacks exit code " << info.code << " (" << info.description << ")";
+    }
+  }
 }
 
 TEST(WorkerContractTest, AssignmentRoundTripsThroughArgv) {

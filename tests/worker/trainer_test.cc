@@ -221,6 +221,30 @@ TEST_F(TrainerTest, AWeightedMixOfCachesResumesOnTheSameLossCurve) {
       << bad.events.back();
 }
 
+// A loss that turns NaN (issue 31 item 7) ends the rank with its own exit code, never retried,
+// and the message names the step and the first trainable tensor the NaN reached.
+TEST_F(TrainerTest, ANonFiniteLossStopsWithTheStepAndTheFirstNonFiniteTensor) {
+  auto spec = Spec();
+  auto latents = torch::randn({4, 4, 4, 8, 8});
+  latents.index_put_({2, 0, 0, 0, 0}, std::numeric_limits<float>::quiet_NaN());
+  fs::create_directories(root_ / "nan");
+  ASSERT_TRUE(WriteTensorFile((root_ / "nan/shard-00000.safetensors").string(),
+                              {{"latents", latents}, {"text_states", torch::randn({4, 4, 32})}})
+                  .ok());
+  spec.data.kind = DataKind::kLatents;
+  spec.data.path = (root_ / "nan").string();
+  spec.train.batch_size = 4;  // clip 2 is in the first batch
+  RecordingReporter rep;
+  EXPECT_EQ(Train(spec, "n", &rep), kExitNotFinite);
+  EXPECT_EQ(ClassifyExitCode(kExitNotFinite), ExitClass::kFatal);
+  ASSERT_FALSE(rep.events.empty());
+  const std::string& why = rep.events.back();
+  EXPECT_EQ(why.find("not finite at step 1 (loss "), 0u) << why;
+  EXPECT_NE(why.find("nan"), std::string::npos) << why;
+  EXPECT_NE(why.find("); first non-finite trainable tensor: "), std::string::npos) << why;
+  EXPECT_TRUE(rep.losses.empty()) << "no step with a NaN loss is reported as trained";
+}
+
 TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {
   RecordingReporter r1;
   auto spec = Spec();

@@ -353,10 +353,7 @@ class Trainer {
       last_step_end = step_end;
       if (auto f = checkpoints_.Collect(/*wait=*/false)) return Fail(*f);
       ReportFirstSteps();
-      if (!std::isfinite(r.loss)) {
-        return Fail({kExitCrash, "loss is " + std::to_string(r.loss) + " at step " +
-                                     std::to_string(state_.step)});
-      }
+      if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return Fail(NotFinite(r));
       // Every rank evaluates at the same steps (same spec); the report carries the result.
       const bool evaluated = EvalDue(state_.step);
       if (evaluated) {
@@ -479,6 +476,26 @@ class Trainer {
     r.allreduce_exposed_seconds =
         parallel_.reducer ? parallel_.reducer->last_exposed_allreduce_seconds() : 0;
     return r;
+  }
+
+  // A step whose loss or gradient norm is NaN/Inf: the step, both numbers, and the first
+  // trainable tensor that is no longer finite (the optimizer step has applied the gradients),
+  // or that the weights still are (then the batch or the forward pass gave it). Not retried:
+  // the noise is seeded by the data position, so a new attempt would meet the same NaN.
+  Failure NotFinite(const StepReport& r) const {
+    char numbers[96];
+    std::snprintf(numbers, sizeof(numbers), "loss %g, grad norm %g", r.loss, r.grad_norm);
+    std::string where =
+        "every trainable tensor is still finite: the batch's data or the forward "
+        "pass gave it";
+    for (const auto& [name, tensor] : params_) {
+      if (!torch::isfinite(tensor).all().item<bool>()) {
+        where = "first non-finite trainable tensor: " + name;
+        break;
+      }
+    }
+    return {kExitNotFinite,
+            "not finite at step " + std::to_string(state_.step) + " (" + numbers + "); " + where};
   }
 
   // Once: the step captured as a CUDA graph, and the start-up summary after the first step.
