@@ -111,4 +111,29 @@ Status WriteFileText(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create", tmp);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const Status failed = Errno("cannot write", tmp);
+      ::close(fd);
+      return failed;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const Status failed = Errno("cannot fsync", tmp);
+    ::close(fd);
+    return failed;
+  }
+  if (::close(fd) != 0) return Errno("cannot close", tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename " + tmp + " to", path);
+  return Status::Ok();
+}
+
 }  // namespace adctl

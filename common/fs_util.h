@@ -27,5 +27,8 @@ Status MakePrivateDirectories(const std::string& path);
 // (replaced); the error names the file.
 std::string ReadFileText(const std::string& path);
 Status WriteFileText(const std::string& path, const std::string& text);
+// `text` to `path` through `path`.tmp, fsync and rename: a reader sees the old file or the new
+// one, never a part; the error names the file.
+Status WriteFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace adctl

@@ -23,6 +23,8 @@ std::string JobLayout::preset_unet2d() const { return dir_ + "/model/unet2d"; }
 
 std::string JobLayout::checkpoint_pins() const { return dir_ + "/checkpoint_pins.json"; }
 
+std::string JobLayout::rollbacks() const { return dir_ + "/rollbacks.json"; }
+
 std::string JobLayout::checkpoints(const std::string& spec_checkpoint_dir) const {
   return spec_checkpoint_dir.empty() ? dir_ + "/checkpoints" : spec_checkpoint_dir;
 }

@@ -5,6 +5,7 @@
 //   model/unet2d/                      the materialised `tiny` preset UNet (rank 0 writes it once)
 //   checkpoints/step-NNNNNNNN/         committed checkpoints (unless checkpoint.dir is set)
 //   checkpoint_pins.json               steps retention keeps (adctld writes it: adctl ckpt pin)
+//   rollbacks.json                     train.nan_policy rollback: count, lr scale, where (rank 0)
 //   logs/attempt-A/rank-R.log          stdout+stderr of a rank (written by the launcher)
 //   logs/attempt-A/rank-R.exit         its exit status (written by the shepherd)
 //   rendezvous/attempt-A/              the file rendezvous of standalone multi-rank runs
@@ -35,6 +36,9 @@ class JobLayout {
   std::string checkpoints(const std::string& spec_checkpoint_dir = "") const;
   // The steps `adctl ckpt pin` keeps (common/checkpoint_dir.h, ReadCheckpointPins).
   std::string checkpoint_pins() const;
+  // train.nan_policy rollback: how many rollbacks the job made and the learning-rate scale
+  // they left (rank 0 writes it before a rollback exit; every rank reads it at start).
+  std::string rollbacks() const;
   std::string logs() const;
   std::string attempt_logs(int attempt) const;
   std::string rank_log(int attempt, int rank) const;

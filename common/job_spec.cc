@@ -139,6 +139,9 @@ void ForEachField(Spec& s, F&& f) {
   f("train.lr_schedule", s.train.lr_schedule);
   f("train.warmup_steps", s.train.warmup_steps);
   f("train.max_grad_norm", s.train.max_grad_norm);
+  f("train.nan_policy", s.train.nan_policy);
+  f("train.rollback_lr_factor", s.train.rollback_lr_factor);
+  f("train.max_rollbacks", s.train.max_rollbacks);
   f("train.caption_dropout", s.train.caption_dropout);
   f("train.seed", s.train.seed);
   f("train.precision", s.train.precision);
@@ -218,6 +221,9 @@ bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("checkpoint.keep_best.", 0) == 0) return spec.checkpoint.keep_best.k == 0;
   if (path == "validation.weights") return spec.validation.weights == "raw";
   if (path == "data.sources") return spec.data.sources.empty();
+  if (path == "train.rollback_lr_factor" || path == "train.max_rollbacks") {
+    return spec.train.nan_policy != "rollback";
+  }
   if (path == "export.weights") return spec.exports.weights == "raw";
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
@@ -1036,6 +1042,17 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.warmup_steps", t.warmup_steps, 0, kMaxSteps));
   ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
+  ADCTL_RETURN_IF_ERROR(OneOf("train.nan_policy", t.nan_policy, {"fail", "rollback"}));
+  if (!(t.rollback_lr_factor > 0 && t.rollback_lr_factor <= 1)) {
+    return InvalidArgument("train.rollback_lr_factor: must be in (0, 1], got " +
+                           Show(t.rollback_lr_factor));
+  }
+  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_rollbacks", t.max_rollbacks, 0, 100));
+  if (t.nan_policy == "rollback" && t.max_rollbacks > s.resources.max_restarts) {
+    return InvalidArgument("train.max_rollbacks: " + Show(t.max_rollbacks) +
+                           " is above resources.max_restarts (" + Show(s.resources.max_restarts) +
+                           "): each rollback restarts the job");
+  }
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.caption_dropout", t.caption_dropout));
   if (t.beta_schedule == BetaSchedule::kPretrained && m.pretrained.empty()) {
     return InvalidArgument(

@@ -209,6 +209,13 @@ struct TrainSpec {
   LrSchedule lr_schedule = LrSchedule::kConstant;
   int64_t warmup_steps = 0;
   double max_grad_norm = 1.0;  // <= 0 disables clipping
+  // A loss or gradient norm that turns NaN/Inf: "fail" (exit 6, never retried: the noise is
+  // seeded by the data position, so a retry meets the same NaN) or "rollback" (the job restarts
+  // from its newest checkpoint with the learning rate × rollback_lr_factor, compounding, at most
+  // max_rollbacks times; each rollback is one of resources.max_restarts).
+  std::string nan_policy = "fail";
+  double rollback_lr_factor = 0.5;
+  int64_t max_rollbacks = 3;
   // Probability of training a clip on the empty caption (AnimateDiff's cfg_random_null_text
   // ratio); needs a cache that stores the empty caption's text state.
   double caption_dropout = 0.1;

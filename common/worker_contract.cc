@@ -18,6 +18,8 @@ const std::vector<ExitCodeInfo>& WorkerExitCodes() {
       {kExitModelError, ExitClass::kFatal, "model weights missing or corrupt"},
       {kExitStorageError, ExitClass::kFatal, "cannot write its output (permission or disk space)"},
       {kExitNotFinite, ExitClass::kFatal, "loss or gradients not finite"},
+      {kExitRollback, ExitClass::kRetryable,
+       "loss or gradients not finite: rolling back (train.nan_policy)"},
       {kExitStopped, ExitClass::kStopped, "stopped after checkpoint"},
       {kExitTransient, ExitClass::kRetryable, "rendezvous or communication failure"},
       {kExitNotExecuted, ExitClass::kRetryable, "worker binary could not be executed"},

@@ -25,6 +25,7 @@ constexpr int kExitDataError = 3;      // dataset missing/corrupt: never retried
 constexpr int kExitModelError = 4;     // weights missing/mis-shaped/corrupt: never retried
 constexpr int kExitStorageError = 5;   // an output cannot be written (permission, disk full)
 constexpr int kExitNotFinite = 6;      // the loss or the gradients turned NaN/Inf: never retried
+constexpr int kExitRollback = 7;       // the same, under train.nan_policy rollback: restarted
 constexpr int kExitStopped = 75;       // stop requested (pause or cancel); checkpoint committed
 constexpr int kExitTransient = 76;     // rendezvous/communication failure: retryable
 constexpr int kExitNotExecuted = 127;  // the shell convention: the binary could not be executed

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/fs_util.h"
 #include "common/job_layout.h"
 #include "common/job_spec.h"
 #include "server/scheduler/scheduler.h"
@@ -20,20 +21,6 @@ extern char** environ;
 namespace adctl {
 
 namespace {
-
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Internal("cannot write " + tmp);
-    out << text;
-    if (!out.flush()) return Internal("cannot write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Internal("cannot rename " + tmp + ": " + ec.message());
-  return Status::Ok();
-}
 
 bool HasProcesses(const ActiveAttempt& a) {
   return std::any_of(a.ranks.begin(), a.ranks.end(), [](const RankProc& r) { return !r.exited; });

@@ -407,6 +407,7 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.validation.weights = spec.eval.weights = spec.exports.weights = "ema";
   spec.checkpoint.keep_best.k = 2;
   spec.data.sources = {{"/c", 1, 0}};  // and data.sources when a mix is asked for
+  spec.train.nan_policy = "rollback";  // and the rollback's fields with that policy
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     // Nested two spaces a level: "name", "  lr", "    rank".
@@ -626,6 +627,34 @@ TEST(JobSpecTest, DataSourcesAreAListOfWeightedOrRepeatedCaches) {
   ASSERT_FALSE(synthetic.ok());
   EXPECT_THAT(synthetic.status().message(),
               HasSubstr("data.sources: only used with data.kind 'latents', got kind 'synthetic'"));
+}
+
+// train.nan_policy (issue 31 item 7): fail or rollback, the rollbacks bounded by the restarts.
+TEST(JobSpecTest, NanPolicyRollbackIsBoundedByTheRestarts) {
+  const std::string base = "model: {preset: tiny}\n";
+  auto fail = ParseJobSpec(base);
+  ASSERT_TRUE(fail.ok());
+  EXPECT_EQ(fail->train.nan_policy, "fail");
+  EXPECT_EQ(JobSpecToYaml(*fail).find("max_rollbacks"), std::string::npos) << "rollback only";
+  auto rollback = ParseJobSpec(base + "train: {nan_policy: rollback, rollback_lr_factor: 0.1}\n");
+  ASSERT_TRUE(rollback.ok()) << rollback.status().ToString();
+  EXPECT_THAT(JobSpecToYaml(*rollback),
+              HasSubstr("  rollback_lr_factor: 0.1\n  max_rollbacks: 3\n"));
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"train: {nan_policy: retry}\n", "train.nan_policy: must be one of"},
+           {"train: {nan_policy: rollback, rollback_lr_factor: 0}\n",
+            "train.rollback_lr_factor: must be in (0, 1], got 0"},
+           {"train: {nan_policy: rollback, max_rollbacks: 5}\n",
+            "train.max_rollbacks: 5 is above resources.max_restarts (3): each rollback restarts "
+            "the job"},
+       }) {
+    auto bad = ParseJobSpec(base + yaml);
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_THAT(bad.status().message(), HasSubstr(message)) << yaml;
+  }
+  EXPECT_TRUE(ParseJobSpec(base + "train: {nan_policy: rollback, max_rollbacks: 5}\n"
+                                  "resources: {max_restarts: 5}\n")
+                  .ok());
 }
 
 TEST(JobSpecTest, DocumentationCoversEveryField) {

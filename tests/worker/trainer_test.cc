@@ -15,9 +15,11 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
 #include "worker/data/latent_dataset.h"
+#include "worker/data/sampler.h"
 #include "worker/model/config.h"
 #include "worker/model/weights.h"
 #include "worker/train/attention_warmup.h"
@@ -37,6 +39,7 @@ class RecordingReporter : public Reporter {
   void OnStep(const StepReport& r) override {
     std::lock_guard<std::mutex> lock(mu);
     losses[r.step] = r.loss;
+    learning_rates[r.step] = r.learning_rate;
     if (stop_after > 0 && r.step >= stop_after) stop = true;
   }
   void OnCheckpoint(const CheckpointReport& r) override { checkpoints.push_back(r); }
@@ -45,6 +48,7 @@ class RecordingReporter : public Reporter {
 
   std::mutex mu;
   std::map<int64_t, double> losses;
+  std::map<int64_t, double> learning_rates;
   std::vector<CheckpointReport> checkpoints;
   std::vector<std::string> events;
   int64_t resumed_from = -1;
@@ -243,6 +247,69 @@ TEST_F(TrainerTest, ANonFiniteLossStopsWithTheStepAndTheFirstNonFiniteTensor) {
   EXPECT_NE(why.find("nan"), std::string::npos) << why;
   EXPECT_NE(why.find("); first non-finite trainable tensor: "), std::string::npos) << why;
   EXPECT_TRUE(rep.losses.empty()) << "no step with a NaN loss is reported as trained";
+}
+
+// train.nan_policy rollback: the NaN step records a rollback and exits 7; the next attempt
+// resumes from the newest checkpoint with the learning rate x rollback_lr_factor; when the NaN
+// comes back after the last rollback the rank exits 6, saying the rollbacks are exhausted.
+TEST_F(TrainerTest, ARollbackRestartsFromTheNewestCheckpointWithALowerLearningRate) {
+  auto spec =
+      Spec({"train.nan_policy=rollback", "train.max_rollbacks=1", "train.rollback_lr_factor=0.25"});
+  // A clip of step 3's batch carries a NaN: the sampler the trainer uses (16 clips, seed 7).
+  DistributedSampler order(16, 0, 1, 7);
+  order.Next(2);
+  order.Next(2);
+  const int64_t bad = order.Next(2)[0];
+  const auto clean = torch::randn({16, 4, 4, 8, 8});
+  const auto text = torch::randn({16, 4, 32});
+  auto write = [&](bool with_nan) {
+    auto latents = clean.clone();
+    if (with_nan) latents.index_put_({bad, 0, 0, 0, 0}, std::numeric_limits<float>::quiet_NaN());
+    fs::create_directories(root_ / "data");
+    return WriteTensorFile((root_ / "data/shard-00000.safetensors").string(),
+                           {{"latents", latents}, {"text_states", text}});
+  };
+  ASSERT_TRUE(write(true).ok());
+  spec.data.kind = DataKind::kLatents;
+  spec.data.path = (root_ / "data").string();
+
+  RecordingReporter first;
+  ASSERT_EQ(Train(spec, "r", &first), kExitRollback);
+  EXPECT_EQ(first.events.back().find("not finite at step 3 (loss "), 0u) << first.events.back();
+  EXPECT_NE(first.events.back().find("; rollback 1 of 1: restarting from the newest checkpoint "
+                                     "with the learning rate x 0.25"),
+            std::string::npos)
+      << first.events.back();
+  EXPECT_EQ(ClassifyExitCode(kExitRollback), ExitClass::kRetryable);
+  const std::string record = ReadFileText((root_ / "r/rollbacks.json").string());
+  EXPECT_NE(record.find("\"rollbacks\": 1"), std::string::npos) << record;
+
+  // The NaN came from too high a learning rate, say: with it lowered the run goes on.
+  ASSERT_TRUE(write(false).ok());
+  RecordingReporter second;
+  ASSERT_EQ(Train(spec, "r", &second), kExitOk) << second.events.back();
+  EXPECT_EQ(second.resumed_from, 2) << "from the newest checkpoint";
+  ASSERT_EQ(second.learning_rates.size(), 4u);
+  for (const auto& [step, lr] : second.learning_rates) {
+    EXPECT_DOUBLE_EQ(lr, 1e-3 * 0.25) << "step " << step;
+  }
+  EXPECT_NE(std::find_if(second.events.begin(), second.events.end(),
+                         [](const auto& e) {
+                           return e.find(
+                                      "train.nan_policy rollback: 1 of 1 made; the learning "
+                                      "rate is x 0.25 (the last at step 3)") == 0;
+                         }),
+            second.events.end());
+
+  // A NaN after the last rollback: exit 6, never retried.
+  ASSERT_TRUE(write(true).ok());
+  RecordingReporter third;
+  ASSERT_EQ(Train(spec, "r2", &third), kExitRollback);
+  RecordingReporter fourth;
+  ASSERT_EQ(Train(spec, "r2", &fourth), kExitNotFinite);
+  EXPECT_NE(fourth.events.back().find("; rollbacks exhausted (1 of 1, train.max_rollbacks)"),
+            std::string::npos)
+      << fourth.events.back();
 }
 
 TEST_F(TrainerTest, BadInputsGetTheirExitCodes) {

@@ -1,46 +1,16 @@
 #include "worker/data/latent_cache.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "common/fs_util.h"
 #include "common/json_errors.h"
 
 namespace adctl {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Internal(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      return Internal(tmp + ": write failed: " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return Internal(tmp + ": fsync/close failed");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Internal(path + ": rename failed: " + std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 std::string CacheShardName(int64_t shard) {
   char name[64];

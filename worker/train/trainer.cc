@@ -11,10 +11,13 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "common/checkpoint_export.h"
+#include "common/fs_util.h"
+#include "common/job_layout.h"
 #include "common/sha256.h"
 #include "common/worker_contract.h"
 #include "worker/compat.h"
@@ -92,6 +95,7 @@ class Trainer {
     }
     startup_.Mark("data and validation set-up");
     BuildOptimizer();
+    if (auto f = ReadRollbacks()) return f;
     if (auto f = checkpoints_.Resume(*model_, lora_ ? &*lora_ : nullptr, *optimizer_, device_,
                                      *sampler_, state_, ema_.get()))
       return f;
@@ -451,7 +455,7 @@ class Trainer {
     }
     if (parallel_.reducer) parallel_.reducer->FinishBackward();
     const auto grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
-    r.learning_rate = LearningRate(t, state_.step);
+    r.learning_rate = LearningRate(t, state_.step) * lr_scale_;
     if (ema_) ema_->Sync();  // its last update read the weights this step changes
     optimizer_->Step(r.learning_rate);
     // Released unless something holds on to the gradient tensors (the all-reduce buckets'
@@ -480,8 +484,10 @@ class Trainer {
 
   // A step whose loss or gradient norm is NaN/Inf: the step, both numbers, and the first
   // trainable tensor that is no longer finite (the optimizer step has applied the gradients),
-  // or that the weights still are (then the batch or the forward pass gave it). Not retried:
-  // the noise is seeded by the data position, so a new attempt would meet the same NaN.
+  // or that the weights still are (then the batch or the forward pass gave it). Not retried
+  // (the noise is seeded by the data position, so a new attempt would meet the same NaN),
+  // unless train.nan_policy is rollback and rollbacks are left: then exit 7, after rank 0
+  // recorded the next rollback in rollbacks.json.
   Failure NotFinite(const StepReport& r) const {
     char numbers[96];
     std::snprintf(numbers, sizeof(numbers), "loss %g, grad norm %g", r.loss, r.grad_norm);
@@ -494,8 +500,69 @@ class Trainer {
         break;
       }
     }
-    return {kExitNotFinite,
-            "not finite at step " + std::to_string(state_.step) + " (" + numbers + "); " + where};
+    Failure f{kExitNotFinite,
+              "not finite at step " + std::to_string(state_.step) + " (" + numbers + "); " + where};
+    const TrainSpec& t = spec_.train;
+    if (t.nan_policy != "rollback") return f;
+    const int64_t done = rollbacks_.value("rollbacks", int64_t{0});
+    if (done >= t.max_rollbacks) {
+      f.message += "; rollbacks exhausted (" + std::to_string(done) + " of " +
+                   std::to_string(t.max_rollbacks) + ", train.max_rollbacks)";
+      return f;
+    }
+    // The job restarts (exit 7, retryable) from its newest checkpoint; every rank of the next
+    // attempt reads the new scale from rollbacks.json, which rank 0 writes now.
+    const double scale = lr_scale_ * t.rollback_lr_factor;
+    nlohmann::json next = rollbacks_;
+    next["rollbacks"] = done + 1;
+    next["lr_scale"] = scale;
+    next["history"].push_back({{"step", state_.step},
+                               {"loss", std::isfinite(r.loss) ? nlohmann::json(r.loss) : nullptr},
+                               {"lr_scale", scale}});
+    if (o_.rank == 0) {
+      Status written = WriteFileAtomically(JobLayout(o_.job_dir).rollbacks(), next.dump(2) + "\n");
+      if (!written.ok()) {
+        return {kExitStorageError,
+                f.message + "; the rollback could not be recorded: " + written.message()};
+      }
+    }
+    char lr[48];
+    std::snprintf(lr, sizeof(lr), "%g", scale);
+    f.exit_code = kExitRollback;
+    f.message += "; rollback " + std::to_string(done + 1) + " of " +
+                 std::to_string(t.max_rollbacks) +
+                 ": restarting from the newest checkpoint with the learning rate x " + lr;
+    return f;
+  }
+
+  // train.nan_policy rollback: the rollbacks made before this attempt (rollbacks.json), and
+  // their learning-rate scale from the first step on.
+  std::optional<Failure> ReadRollbacks() {
+    if (spec_.train.nan_policy != "rollback") return std::nullopt;
+    const std::string path = JobLayout(o_.job_dir).rollbacks();
+    const std::string text = ReadFileText(path);
+    if (text.empty()) return std::nullopt;
+    try {
+      rollbacks_ = nlohmann::json::parse(text);
+      lr_scale_ = rollbacks_.at("lr_scale").get<double>();
+      const int64_t done = rollbacks_.at("rollbacks").get<int64_t>();
+      if (!(lr_scale_ > 0 && lr_scale_ <= 1) || done < 0) throw std::out_of_range("values");
+      if (o_.rank == 0 && done > 0) {
+        char what[200];
+        std::snprintf(
+            what, sizeof(what),
+            "train.nan_policy rollback: %lld of %lld made; the learning rate is x %g (the last "
+            "at step %lld)",
+            static_cast<long long>(done), static_cast<long long>(spec_.train.max_rollbacks),
+            lr_scale_,
+            static_cast<long long>(rollbacks_.at("history").back().at("step").get<int64_t>()));
+        reporter_.OnEvent(EventLevel::kWarning, what);
+      }
+    } catch (const std::exception& e) {
+      return Failure{kExitDataError, path + ": not a rollback record (" + e.what() +
+                                         "); remove it to start the rollbacks over"};
+    }
+    return std::nullopt;
   }
 
   // Once: the step captured as a CUDA graph, and the start-up summary after the first step.
@@ -571,6 +638,10 @@ class Trainer {
   std::optional<LoraAdapters> lora_;                  // model.lora: the adapters that train
   std::map<std::string, std::string> lora_metadata_;  // its checkpoint file's metadata
   std::vector<std::pair<std::string, torch::Tensor>> params_;
+  // train.nan_policy rollback: the rollbacks the job made so far (rollbacks.json) and the
+  // learning-rate scale they left.
+  nlohmann::json rollbacks_ = nlohmann::json::object();
+  double lr_scale_ = 1.0;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<Ema> ema_;                        // train.ema
   std::pair<int64_t, double> last_eval_{-1, 0};     // the step and loss of the latest eval
