@@ -13,7 +13,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -21,6 +24,8 @@
 #include "cli/client.h"
 #include "cli/diff.h"
 #include "cli/render.h"
+#include "cli/select.h"
+#include "cli/sweep.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 
@@ -257,6 +262,10 @@ using Stub = v1::JobService::Stub;
 struct SubmitArgs {
   std::string spec_file, submission_id;
   std::vector<std::string> sets;
+  std::vector<std::string> after;  // --after J[,K] (repeatable)
+  bool after_any = false;
+  std::vector<std::string> labels;  // --label k=v (repeatable)
+  std::vector<std::string> sweeps;  // --sweep path=v1,v2 (repeatable: the cartesian product)
   std::optional<int> gpus, priority;
   bool wait = false, follow = false;
   double timeout = 0;
@@ -265,6 +274,9 @@ struct ListArgs {
   std::vector<std::string> states;
   int limit = 50;
   bool all = false;
+  std::vector<std::string> labels;  // --label k=v: only jobs with every one
+  bool mine = false;                // only the jobs this token submitted
+  std::string group;                // --group G: a sweep's jobs, with a summary
 };
 struct LogsArgs {
   bool follow = false;
@@ -289,6 +301,66 @@ int CallAndPrintJob(Client& c, const Globals& g,
   return 0;
 }
 
+// submit --sweep: one job per point of the product, all labelled group=G and path=value per
+// swept field; with --submission-id S, job k's id is S/k, so the whole sweep is idempotent.
+int SubmitSweep(Client& c, const Globals& g, const SubmitArgs& a,
+                const v1::SubmitJobRequest& base) {
+  if (a.wait || a.follow) {
+    std::cerr << "adctl: --sweep submits several jobs: follow them with adctl ls --group G\n";
+    return kExitUsage;
+  }
+  std::vector<SweepAxis> axes;
+  for (const std::string& text : a.sweeps) {
+    auto axis = ParseSweep(text);
+    if (!axis.ok()) {
+      std::cerr << "adctl: " << axis.status().message() << "\n";
+      return kExitUsage;
+    }
+    axes.push_back(std::move(*axis));
+  }
+  auto points = SweepPoints(axes);
+  if (!points.ok()) {
+    std::cerr << "adctl: " << points.status().message() << "\n";
+    return kExitUsage;
+  }
+  const std::string group = SweepGroup(a.submission_id);
+  nlohmann::json out = {{"group", group}, {"jobs", nlohmann::json::array()}};
+  int submitted = 0;
+  for (size_t k = 0; k < points->size(); ++k) {
+    v1::SubmitJobRequest req = base;
+    std::string described;
+    for (const std::string& o : (*points)[k]) {
+      req.add_overrides(o);
+      const size_t eq = o.find('=');
+      (*req.mutable_labels())[o.substr(0, eq)] = o.substr(eq + 1);
+      described += (described.empty() ? "" : ", ") + o;
+    }
+    (*req.mutable_labels())["group"] = group;
+    if (!a.submission_id.empty()) req.set_submission_id(a.submission_id + "/" + std::to_string(k));
+    v1::SubmitJobResponse resp;
+    if (int rc = c.Call(&Stub::SubmitJob, req, &resp); rc != 0) {
+      std::cerr << "adctl: the sweep stopped at job " << k + 1 << " of " << points->size() << " ("
+                << described << "); " << submitted << " submitted in group " << group
+                << " (adctl ls --group " << group << ")\n";
+      return rc;
+    }
+    ++submitted;
+    if (g.json()) {
+      out["jobs"].push_back(nlohmann::json::parse(ToJson(resp.job())));
+    } else {
+      std::cout << (resp.created() ? "submitted " : "already submitted ") << resp.job().id()
+                << " (" << described << ")\n";
+    }
+  }
+  if (g.json()) {
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << "group " << group << ": " << submitted << " job(s); adctl ls --group " << group
+              << "\n";
+  }
+  return 0;
+}
+
 int Submit(Client& c, const Globals& g, const SubmitArgs& a) {
   auto text = ReadFile(a.spec_file);
   if (!text.ok()) {
@@ -301,6 +373,16 @@ int Submit(Client& c, const Globals& g, const SubmitArgs& a) {
   if (a.gpus) req.set_gpus(*a.gpus);
   if (a.priority) req.set_priority(*a.priority);
   req.set_submission_id(a.submission_id);
+  for (const std::string& ids : a.after) {
+    std::stringstream list(ids);
+    std::string id;
+    while (std::getline(list, id, ',')) {
+      if (!id.empty()) req.add_after(id);
+    }
+  }
+  req.set_after_any(a.after_any);
+  if (!ParseLabels(a.labels, req.mutable_labels())) return kExitUsage;
+  if (!a.sweeps.empty()) return SubmitSweep(c, g, a, req);
   v1::SubmitJobResponse resp;
   if (int rc = c.Call(&Stub::SubmitJob, req, &resp); rc != 0) return rc;
   // With -o json and --wait / --follow, stdout is the outcome only (the final job, or the
@@ -335,18 +417,22 @@ int List(Client& c, const Globals& g, const ListArgs& a) {
     std::cerr << "adctl: --limit " << a.limit << ": must be at least 1 (every job: --all)\n";
     return kExitUsage;
   }
+  if (!ParseLabels(a.labels, req.mutable_labels())) return kExitUsage;
+  req.set_mine(a.mine);
+  if (!a.group.empty()) (*req.mutable_labels())["group"] = a.group;
+  const bool all = a.all || !a.group.empty();  // a sweep is at most 256 jobs: all of them
   // Page by page (adctld sends at most 1000 jobs a page) up to --limit, or to the end (--all).
   constexpr int kMaxPage = 1000;
   v1::ListJobsResponse resp;
   do {
-    const int wanted = a.all ? kMaxPage : std::min(kMaxPage, a.limit - resp.jobs_size());
+    const int wanted = all ? kMaxPage : std::min(kMaxPage, a.limit - resp.jobs_size());
     req.set_page_size(wanted);
     v1::ListJobsResponse page;
     if (int rc = c.Call(&Stub::ListJobs, req, &page); rc != 0) return rc;
     for (auto& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
     resp.set_next_page_token(page.next_page_token());
     req.set_page_token(page.next_page_token());
-  } while (!resp.next_page_token().empty() && (a.all || resp.jobs_size() < a.limit));
+  } while (!resp.next_page_token().empty() && (all || resp.jobs_size() < a.limit));
   // More than --limit: say how many more (counted page by page) and how to see them.
   std::string more;
   if (!resp.next_page_token().empty()) {
@@ -382,6 +468,9 @@ int List(Client& c, const Globals& g, const ListArgs& a) {
   }
   std::cout << t.ToString();
   if (!more.empty()) std::cout << "(" << more << ")\n";
+  if (!a.group.empty()) {
+    std::cout << GroupSummary(a.group, {resp.jobs().begin(), resp.jobs().end()}) << "\n";
+  }
   return 0;
 }
 
@@ -440,6 +529,13 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
             << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago"
             << (job.submitted_by().empty() ? "" : " by " + job.submitted_by()) << "\n"
             << "Directory:  " << job.job_dir() << "\n";
+  if (!job.labels().empty()) std::cout << "Labels:     " << LabelsText(job.labels()) << "\n";
+  if (job.after_size() > 0) {
+    std::string after;
+    for (const std::string& id : job.after()) after += (after.empty() ? "" : ", ") + id;
+    std::cout << "After:      " << after
+              << (job.after_any() ? "  (any end)" : "  (each must succeed)") << "\n";
+  }
   if (job.launcher() == "slurm") {
     const v1::ClusterJob& cj = job.cluster_job();
     std::cout << "Slurm job:  " << (cj.id().empty() ? "none yet" : cj.id());
@@ -796,6 +892,16 @@ int main(int argc, char** argv) {
                          "higher runs first; overrides resources.priority");
   submit_cmd->add_option("--submission-id", submit.submission_id,
                          "idempotency key: resubmitting with the same id returns the same job");
+  submit_cmd->add_option("--after", submit.after,
+                         "start only after these jobs SUCCEEDED (J[,K...], repeatable; Slurm's "
+                         "afterok): if one ends otherwise, this job FAILS without a rank");
+  submit_cmd->add_flag("--after-any", submit.after_any,
+                       "with --after: start after those jobs end, however they end");
+  submit_cmd->add_option("--label", submit.labels,
+                         "a label k=v (repeatable): ls, cancel, pause and resume select by it");
+  submit_cmd->add_option("--sweep", submit.sweeps,
+                         "path=v1,v2 (repeatable): one job per combination of the values, in a "
+                         "group (adctl ls --group G)");
   submit_cmd->add_flag("--wait", submit.wait, "wait for the job to end; exit code by outcome");
   submit_cmd->add_flag("--follow", submit.follow,
                        "show live progress until the job ends; exit code by outcome");
@@ -810,6 +916,9 @@ int main(int argc, char** argv) {
   ls->add_option("--limit", list.limit, "at most N jobs (newest first; says how many more)")
       ->capture_default_str();
   ls->add_flag("--all", list.all, "every job, page by page");
+  ls->add_option("--label", list.labels, "only jobs with this label k=v (repeatable: all of them)");
+  ls->add_flag("--mine", list.mine, "only the jobs this token submitted");
+  ls->add_option("--group", list.group, "a sweep's jobs (label group=G), with a summary");
   ls->callback(run([&](Client& c) { return List(c, g, list); }));
 
   add_job_command("describe", "show one job: state, why it waits, ranks, events")
@@ -829,22 +938,52 @@ int main(int argc, char** argv) {
   watch->add_option("--timeout", timeout, "give up after S seconds (exit 4)");
   watch->callback(run([&](Client& c) { return FollowJob(c, job_id, timeout, g.json()); }));
 
+  // cancel, pause and resume: one JOB, or every job with --label k=v (after a confirmation).
+  BulkArgs bulk;
+  auto add_bulk_command = [&](const char* name, const char* help) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->add_option("JOB", job_id, "job id (or --label)");
+    sub->add_option("--label", bulk.labels,
+                    "every job with this label k=v (repeatable: all of them) instead of JOB");
+    sub->add_flag("-y,--yes", bulk.yes, "with --label: no confirmation");
+    return sub;
+  };
+  using v1::JOB_STATE_QUEUED, v1::JOB_STATE_STARTING, v1::JOB_STATE_RUNNING,
+      v1::JOB_STATE_RESTARTING, v1::JOB_STATE_PAUSING, v1::JOB_STATE_PAUSED;
   StopArgs stop;
-  auto* cancel = add_job_command("cancel", "stop a job for good (SIGTERM, grace, SIGKILL)");
+  auto* cancel = add_bulk_command("cancel", "stop a job for good (SIGTERM, grace, SIGKILL)");
   cancel->add_flag("--force", stop.force, "SIGKILL now");
   cancel->add_option("--grace", stop.grace,
                      "seconds between SIGTERM and SIGKILL (default: the spec's)");
-  cancel->callback(run([&](Client& c) { return Cancel(c, g, job_id, stop); }));
-  auto* pause = add_job_command("pause", "checkpoint and stop a job, keeping it resumable");
+  cancel->callback(run([&](Client& c) {
+    if (!OneTarget("cancel", job_id, bulk)) return kExitUsage;
+    if (!job_id.empty()) return Cancel(c, g, job_id, stop);
+    return Bulk(c, "cancel", bulk,
+                {JOB_STATE_QUEUED, JOB_STATE_STARTING, JOB_STATE_RUNNING, JOB_STATE_RESTARTING,
+                 JOB_STATE_PAUSING, JOB_STATE_PAUSED},
+                [&](const std::string& id) { return Cancel(c, g, id, stop); });
+  }));
+  auto* pause = add_bulk_command("pause", "checkpoint and stop a job, keeping it resumable");
   pause->add_option("--grace", stop.grace, "seconds to wait for the checkpoint before SIGKILL");
-  pause->callback(run([&](Client& c) { return Pause(c, g, job_id, stop); }));
+  pause->callback(run([&](Client& c) {
+    if (!OneTarget("pause", job_id, bulk)) return kExitUsage;
+    if (!job_id.empty()) return Pause(c, g, job_id, stop);
+    return Bulk(c, "pause", bulk,
+                {JOB_STATE_QUEUED, JOB_STATE_STARTING, JOB_STATE_RUNNING, JOB_STATE_RESTARTING},
+                [&](const std::string& id) { return Pause(c, g, id, stop); });
+  }));
 
   std::optional<int> resume_gpus;
-  auto* resume = add_job_command(
+  auto* resume = add_bulk_command(
       "resume", "continue a paused job from its newest checkpoint (optionally on N ranks)");
   resume->add_option("--gpus", resume_gpus,
                      "run on N ranks; train.grad_accum is recomputed to keep the global batch");
-  resume->callback(run([&](Client& c) { return Resume(c, g, job_id, resume_gpus); }));
+  resume->callback(run([&](Client& c) {
+    if (!OneTarget("resume", job_id, bulk)) return kExitUsage;
+    if (!job_id.empty()) return Resume(c, g, job_id, resume_gpus);
+    return Bulk(c, "resume", bulk, {JOB_STATE_PAUSED},
+                [&](const std::string& id) { return Resume(c, g, id, resume_gpus); });
+  }));
 
   auto* wait = add_job_command(
       "wait", "wait until a job ends: exit 0 SUCCEEDED, 1 FAILED, 3 CANCELLED, 4 timeout");

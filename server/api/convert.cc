@@ -59,6 +59,9 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   p->set_updated_at(job.progress.updated_at);
   out->set_launcher(job.launcher);
   out->set_submitted_by(job.submitted_by);
+  for (const std::string& id : job.after) out->add_after(id);
+  out->set_after_any(job.after_any);
+  for (const auto& [key, value] : job.labels) (*out->mutable_labels())[key] = value;
   if (spec.ok()) out->set_trains(TrainsSummary(*spec));
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }

@@ -64,8 +64,9 @@ Result<JobView> JobQueries::GetJob(const std::string& job_id, bool with_ranks) c
 }
 
 Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& states, int limit,
-                                                  int64_t before_seq) const {
-  auto jobs = store_->ListJobs(states, limit, before_seq);
+                                                  int64_t before_seq,
+                                                  const JobSelector& selector) const {
+  auto jobs = store_->ListJobs(states, limit, before_seq, selector);
   if (!jobs.ok()) return jobs.status();
   std::vector<JobView> views;
   for (JobRecord& j : jobs.value()) {
@@ -78,8 +79,8 @@ Result<std::vector<JobView>> JobQueries::ListJobs(const std::vector<JobState>& s
 }
 
 Result<JobQueries::JobPage> JobQueries::ListJobPage(const std::vector<JobState>& states,
-                                                    int page_size,
-                                                    const std::string& page_token) const {
+                                                    int page_size, const std::string& page_token,
+                                                    const JobSelector& selector) const {
   if (page_size < 0) {
     return InvalidArgument("page_size: must be >= 0 (0: 100), got " + std::to_string(page_size));
   }
@@ -93,7 +94,7 @@ Result<JobQueries::JobPage> JobQueries::ListJobPage(const std::vector<JobState>&
       return InvalidArgument("page_token: not a token from a previous page");
     }
   }
-  auto jobs = ListJobs(states, size + 1, before);
+  auto jobs = ListJobs(states, size + 1, before, selector);
   if (!jobs.ok()) return jobs.status();
   JobPage page;
   page.jobs = std::move(jobs.value());

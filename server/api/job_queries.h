@@ -107,10 +107,12 @@ class JobQueries {
     std::string next_page_token;
   };
   Result<JobPage> ListJobPage(const std::vector<JobState>& states, int page_size,
-                              const std::string& page_token) const;
+                              const std::string& page_token,
+                              const JobSelector& selector = {}) const;
   // Newest first; `before_seq` > 0 pages on (ListJobs' page token).
   Result<std::vector<JobView>> ListJobs(const std::vector<JobState>& states, int limit,
-                                        int64_t before_seq = 0) const;
+                                        int64_t before_seq = 0,
+                                        const JobSelector& selector = {}) const;
   Result<std::vector<EventRecord>> ListEvents(const std::string& job_id, int64_t after_id = 0,
                                               int limit = 0) const;
   // Points after `after_id`, ordered by id, each rank's series (per attempt) thinned to at most

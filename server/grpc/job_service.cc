@@ -101,6 +101,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   if (req->has_gpus()) r.gpus = req->gpus();
   if (req->has_priority()) r.priority = req->priority();
   r.submission_id = req->submission_id();
+  r.after.assign(req->after().begin(), req->after().end());
+  r.after_any = req->after_any();
+  for (const auto& label : req->labels()) r.labels[label.first] = label.second;
   r.by = who.name;
   auto submitted = jobs_->Submit(r);
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
@@ -120,7 +123,11 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
-  ADCTL_AUTHORIZE(ctx, Role::kViewer);
+  Requester who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kViewer, who);
+  JobSelector selector;
+  for (const auto& label : req->labels()) selector.labels[label.first] = label.second;
+  if (req->mine()) selector.submitted_by = who.name;
   std::vector<JobState> states;
   for (int s : req->states()) {
     if (s < static_cast<int>(JobState::kQueued) || s > static_cast<int>(JobState::kCancelled)) {
@@ -128,7 +135,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
     }
     states.push_back(static_cast<JobState>(s));
   }
-  auto page = queries_->ListJobPage(states, req->page_size(), req->page_token());
+  auto page = queries_->ListJobPage(states, req->page_size(), req->page_token(), selector);
   if (!page.ok()) return ToGrpcStatus(page.status());
   for (const JobView& j : page->jobs) JobViewToProto(j, resp->add_jobs());
   resp->set_next_page_token(page->next_page_token);

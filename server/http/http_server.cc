@@ -78,7 +78,7 @@ const char* ContentTypeOf(const std::string& path) {
 // 400 naming the first query parameter of `req` its route does not take (a typo would otherwise
 // be ignored silently), or one that only a list may repeat given twice.
 Status KnownParams(const httplib::Request& req, std::initializer_list<const char*> known,
-                   const char* repeatable = nullptr) {
+                   std::initializer_list<const char*> repeatable = {}) {
   for (const auto& [name, value] : req.params) {
     const bool listed = std::any_of(known.begin(), known.end(),
                                     [&name = name](const char* k) { return name == k; });
@@ -88,7 +88,9 @@ Status KnownParams(const httplib::Request& req, std::initializer_list<const char
       return InvalidArgument(name + ": unknown parameter (" +
                              (takes.empty() ? "this route takes none" : "known: " + takes) + ")");
     }
-    if ((repeatable == nullptr || name != repeatable) && req.get_param_value_count(name) > 1) {
+    const bool repeats = std::any_of(repeatable.begin(), repeatable.end(),
+                                     [&name = name](const char* k) { return name == k; });
+    if (!repeats && req.get_param_value_count(name) > 1) {
       return InvalidArgument(name + ": given " + std::to_string(req.get_param_value_count(name)) +
                              " times; give it once");
     }
@@ -133,6 +135,12 @@ Result<std::optional<double>> OptionalSeconds(const nlohmann::json& body, const 
 
 // Who makes a command: the name of the token it carries (the pre-routing check let it in) and
 // whether it may act only on its own jobs.
+// The token name of a request that passed its route's role check ("owner" without tokens).
+std::string CallerName(const httplib::Request& req, const AccessPolicy* access) {
+  if (access == nullptr || !access->enabled()) return "owner";
+  return access->CheckAuthorization(req.get_header_value("Authorization"), Role::kViewer).who;
+}
+
 Requester Caller(const httplib::Request& req, const AccessPolicy* access) {
   if (access == nullptr || !access->enabled()) return {};
   const AccessDecision d =
@@ -326,8 +334,23 @@ Result<int> HttpServer::Start(const std::string& host, int port) {
 
 void HttpServer::AddJobRoutes(httplib::Server& s) {
   Route(s, "GET", "/api/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
-    Status known = KnownParams(req, {"state", "page_size", "page_token"}, "state");
+    Status known =
+        KnownParams(req, {"state", "page_size", "page_token", "label", "mine"}, {"state", "label"});
     if (!known.ok()) return SendError(res, known);
+    // ?label=k=v (repeatable): jobs with every one; ?mine=1: the caller's token's jobs.
+    JobSelector selector;
+    for (size_t i = 0; i < req.get_param_value_count("label"); ++i) {
+      const std::string pair = req.get_param_value("label", i);
+      const size_t eq = pair.find('=');
+      if (eq == std::string::npos) {
+        return SendError(
+            res, InvalidArgument("label: expected key=value, got '" + pair.substr(0, 80) + "'"));
+      }
+      selector.labels[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    auto mine = IntParam(req, "mine", 0, 0, 1);
+    if (!mine.ok()) return SendError(res, mine.status());
+    if (mine.value() == 1) selector.submitted_by = CallerName(req, options_.access);
     // ?state=A&state=B: jobs in any of them, as JobService.ListJobs' repeated states.
     std::vector<JobState> states;
     for (size_t i = 0; i < req.get_param_value_count("state"); ++i) {
@@ -341,7 +364,7 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
     auto page_size = IntParam(req, "page_size", 0, 0, std::numeric_limits<int32_t>::max());
     if (!page_size.ok()) return SendError(res, page_size.status());
     auto page = queries_->ListJobPage(states, static_cast<int>(page_size.value()),
-                                      req.get_param_value("page_token"));
+                                      req.get_param_value("page_token"), selector);
     if (!page.ok()) return SendError(res, page.status());
     v1::ListJobsResponse out;
     for (const JobView& j : page->jobs) JobViewToProto(j, out.add_jobs());

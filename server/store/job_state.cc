@@ -57,7 +57,8 @@ bool Allowed(JobState from, JobState to) {
   using S = JobState;
   switch (from) {
     case S::kQueued:
-      return to == S::kStarting || to == S::kPaused || to == S::kCancelled;
+      // QUEUED → FAILED: a job whose dependency (--after) ended other than as it asked.
+      return to == S::kStarting || to == S::kPaused || to == S::kCancelled || to == S::kFailed;
     case S::kStarting:
     case S::kRunning:
       // STARTING → SUCCEEDED: a resumed job whose checkpoint is already at max_steps.

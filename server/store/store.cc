@@ -227,6 +227,13 @@ ALTER TABLE jobs ADD COLUMN eval_step INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE jobs ADD COLUMN validation_seconds REAL NOT NULL DEFAULT 0;
 )sql",
+    // 15: dependencies (adctl submit --after J,K / --after-any): the ids, comma-separated; and
+    // labels (adctl submit --label k=v) as a JSON object.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN after_jobs TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN after_any INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -345,7 +352,9 @@ const char kJobColumns[] =
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
     "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
     "rendezvous_timeout_seconds, launcher, submitted_by, learning_rate, eval_loss, eval_step, "
-    "validation_seconds, COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = "
+    "validation_seconds, after_jobs, after_any, labels, COALESCE((SELECT cluster_job FROM attempts "
+    "WHERE "
+    "attempts.job_id = "
     "jobs.id AND "
     "attempts.attempt = jobs.attempt), '')";
 
@@ -364,6 +373,22 @@ std::vector<std::pair<int64_t, double>> EvalByTimestepFromJson(const std::string
     for (const auto& pair : nlohmann::json::parse(text)) {
       out.emplace_back(pair.at(0).get<int64_t>(), pair.at(1).get<double>());
     }
+  } catch (const nlohmann::json::exception&) {
+    out.clear();  // written by this file only; a damaged value reads as none
+  }
+  return out;
+}
+
+// JobRecord::labels in its TEXT column: a JSON object of strings.
+std::string LabelsJson(const std::map<std::string, std::string>& labels) {
+  return nlohmann::json(labels).dump();
+}
+
+std::map<std::string, std::string> LabelsFromJson(const std::string& text) {
+  std::map<std::string, std::string> out;
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(text);
+    for (const auto& [k, v] : parsed.items()) out[k] = v.get<std::string>();
   } catch (const nlohmann::json::exception&) {
     out.clear();  // written by this file only; a damaged value reads as none
   }
@@ -408,7 +433,10 @@ JobRecord ReadJob(const Stmt& s) {
   j.progress.eval_loss = s.Double(33);
   j.progress.eval_step = s.Int(34);
   j.progress.validation_seconds = s.Double(35);
-  j.cluster_job = s.Text(36);
+  j.after = SplitDevices(s.Text(36));
+  j.after_any = s.Int(37) != 0;
+  j.labels = LabelsFromJson(s.Text(38));
+  j.cluster_job = s.Text(39);
   return j;
 }
 
@@ -503,7 +531,8 @@ Status Store::InsertJob(const JobRecord& j, const std::string& by) {
          "INSERT INTO jobs (id, name, submission_id, spec_yaml, token, job_dir, state, gpus, "
          "priority, max_restarts, grace_seconds, submitted_at, message, total_steps, "
          "hang_timeout_seconds, checkpoint_dir, rendezvous_timeout_seconds, launcher, "
-         "submitted_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "submitted_by, after_jobs, after_any, labels) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(j.id).Bind(j.name);
   if (j.submission_id.empty()) {
@@ -515,15 +544,19 @@ Status Store::InsertJob(const JobRecord& j, const std::string& by) {
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
   s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir).Bind(j.rendezvous_timeout_seconds);
-  s.Bind(j.launcher).Bind(by);
+  s.Bind(j.launcher).Bind(by).Bind(JoinDevices(j.after)).Bind(j.after_any ? 1 : 0);
+  s.Bind(LabelsJson(j.labels));
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;
   e.job_id = j.id;
   e.time = j.submitted_at;
   e.kind = "submitted";
   e.to_state = j.state;
-  e.message = "submitted" + (by.empty() ? std::string() : " by " + by) + ": " +
-              std::to_string(j.gpus) + " rank(s), priority " + std::to_string(j.priority);
+  e.message =
+      "submitted" + (by.empty() ? std::string() : " by " + by) + ": " + std::to_string(j.gpus) +
+      " rank(s), priority " + std::to_string(j.priority) +
+      (j.after.empty() ? std::string()
+                       : (j.after_any ? ", after any end of " : ", after ") + JoinDevices(j.after));
   auto id = AddEventLocked(e);
   if (!id.ok()) return id.status();
   return txn.Commit();
@@ -556,8 +589,31 @@ Result<std::optional<JobRecord>> Store::FindJobBySubmissionId(const std::string&
   return std::optional<JobRecord>(ReadJob(s));
 }
 
+Status CheckLabels(const std::map<std::string, std::string>& labels, const std::string& field) {
+  if (labels.size() > 32) {
+    return InvalidArgument(field + ": at most 32 labels, got " + std::to_string(labels.size()));
+  }
+  for (const auto& [key, value] : labels) {
+    const bool key_ok =
+        !key.empty() && key.size() <= 63 && std::all_of(key.begin(), key.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+                 c == '/';
+        });
+    if (!key_ok) {
+      return InvalidArgument(field + ": key '" + key.substr(0, 64) +
+                             "' must be 1-63 characters of letters, digits, '_', '.', '-', '/'");
+    }
+    if (value.size() > 256 || value.find('\0') != std::string::npos) {
+      return InvalidArgument(field + ": the value of '" + key +
+                             "' must be at most 256 bytes without NUL");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<JobRecord>> Store::ListJobs(const std::vector<JobState>& states, int limit,
-                                               int64_t before_seq) {
+                                               int64_t before_seq, const JobSelector& selector) {
+  ADCTL_RETURN_IF_ERROR(CheckLabels(selector.labels, "labels"));
   std::lock_guard<std::mutex> lock(mu_);
   std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE seq < ?";
   if (!states.empty()) {
@@ -565,11 +621,17 @@ Result<std::vector<JobRecord>> Store::ListJobs(const std::vector<JobState>& stat
     for (size_t i = 0; i < states.size(); ++i) sql += i ? ",?" : "?";
     sql += ")";
   }
+  // A label is the JSON member of its key (keys are checked at submit: no quote can end the
+  // path early).
+  for (size_t i = 0; i < selector.labels.size(); ++i) sql += " AND json_extract(labels, ?) IS ?";
+  if (!selector.submitted_by.empty()) sql += " AND submitted_by = ?";
   sql += " ORDER BY seq DESC LIMIT ?";
   Stmt s(db_, sql.c_str());
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
   s.Bind(before_seq > 0 ? before_seq : INT64_MAX);
   for (JobState st : states) s.Bind(static_cast<int>(st));
+  for (const auto& [key, value] : selector.labels) s.Bind("$.\"" + key + "\"").Bind(value);
+  if (!selector.submitted_by.empty()) s.Bind(selector.submitted_by);
   s.Bind(limit > 0 ? limit : -1);
   return CollectJobs(s);
 }

@@ -11,6 +11,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,6 +69,22 @@ struct JobRecord {
   std::string launcher = "local";  // "local" or "slurm" (resources.launcher or adctld's default)
   std::string cluster_job;         // the current attempt's Slurm job id ("" : none)
   std::string submitted_by;        // the submitting token's name ("owner" tokenless; "" unknown)
+  // Jobs it waits for (adctl submit --after): it starts when they all SUCCEEDED (or, with
+  // after_any, when they all ended) and fails without starting otherwise.
+  std::vector<std::string> after;
+  bool after_any = false;
+  std::map<std::string, std::string> labels;  // adctl submit --label k=v
+};
+
+// Job labels: at most 32, keys of 1–63 characters from [A-Za-z0-9_./-], values up to 256 bytes
+// without NUL. InvalidArgument naming `field` ("labels") and the label otherwise.
+Status CheckLabels(const std::map<std::string, std::string>& labels, const std::string& field);
+
+// Which jobs a listing keeps beyond their states: every one of `labels`, and (when not empty)
+// the submitter's token name.
+struct JobSelector {
+  std::map<std::string, std::string> labels;
+  std::string submitted_by;
 };
 
 struct RankRecord {
@@ -177,9 +194,10 @@ class Store {
   Status InsertJob(const JobRecord& job, const std::string& by = "");
   Result<JobRecord> GetJob(const std::string& id);
   Result<std::optional<JobRecord>> FindJobBySubmissionId(const std::string& submission_id);
-  // Newest first. `before_seq` > 0 pages: jobs with seq < before_seq.
+  // Newest first. `before_seq` > 0 pages: jobs with seq < before_seq. `selector`: the labels
+  // and submitter they must have too.
   Result<std::vector<JobRecord>> ListJobs(const std::vector<JobState>& states, int limit,
-                                          int64_t before_seq = 0);
+                                          int64_t before_seq = 0, const JobSelector& selector = {});
   // Jobs in any non-terminal state, oldest first.
   Result<std::vector<JobRecord>> ListActiveJobs();
   // Checks the move, applies `changes`, writes the event, all in one transaction. When

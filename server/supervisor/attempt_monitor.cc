@@ -525,6 +525,37 @@ bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
 // ---------------------------------------------------------------------------------------------
 // The tick.
 
+bool AttemptMonitor::DependenciesAllowStartLocked(const JobRecord& job, std::string* waiting) {
+  // Slurm's afterok: one dependency that ended otherwise fails the job at once, without a rank.
+  std::string pending, failed;
+  for (const std::string& id : job.after) {
+    auto dep = store_->GetJob(id);
+    if (!dep.ok()) {
+      if (failed.empty() && !job.after_any) {
+        failed = id + " is gone (" + dep.status().message() + ")";
+      }
+      continue;
+    }
+    if (!IsTerminal(dep->state)) {
+      pending += (pending.empty() ? "" : ", ") + id + " (" + JobStateName(dep->state) + ")";
+    } else if (!job.after_any && dep->state != JobState::kSucceeded && failed.empty()) {
+      failed = id + " ended " + JobStateName(dep->state);
+    }
+  }
+  if (!failed.empty()) {
+    auto r = recorder_->Transition(job.id, JobState::kFailed,
+                                   "dependency " + failed +
+                                       "; no rank started (--after waits "
+                                       "for SUCCEEDED; --after-any for any end)",
+                                   {}, JobState::kQueued);
+    if (!r.ok()) spdlog::error("job {}: {}", job.id, r.status().ToString());
+    return false;
+  }
+  if (pending.empty()) return true;
+  *waiting = "after " + pending + (job.after_any ? " (any end)" : "");
+  return false;
+}
+
 void AttemptMonitor::ScheduleLocked() {
   auto jobs = store_->ListActiveJobs();
   if (!jobs.ok()) {
@@ -540,8 +571,16 @@ void AttemptMonitor::ScheduleLocked() {
   }
   std::vector<QueuedJob> queued;
   std::map<std::string, JobRecord> by_id;
+  std::map<std::string, std::string> waiting_for_jobs;  // job id → its dependencies' states
   for (const JobRecord& j : jobs.value()) {
     if (j.state != JobState::kQueued) continue;
+    if (!j.after.empty()) {
+      std::string waiting;
+      if (!DependenciesAllowStartLocked(j, &waiting)) {
+        if (!waiting.empty()) waiting_for_jobs[j.id] = waiting;
+        continue;
+      }
+    }
     if (j.launcher != "local") {
       // The cluster's scheduler places these: submitted at once, one batch job per attempt.
       std::vector<std::string> ranks;
@@ -555,6 +594,7 @@ void AttemptMonitor::ScheduleLocked() {
   }
   ScheduleDecision d = Schedule(names, busy, queued, device_unit_);
   wait_reasons_ = d.wait_reasons;
+  for (const auto& [id, why] : waiting_for_jobs) wait_reasons_[id] = why;
   for (const Placement& p : d.placements) {
     Status st = LaunchLocked(by_id[p.job_id], p.devices, /*is_restart=*/false);
     if (!st.ok()) spdlog::error("job {}: launch failed: {}", p.job_id, st.ToString());

@@ -150,6 +150,10 @@ class AttemptMonitor {
   bool FinishAttemptLocked(Attempt* a, double now);
   Status LaunchLocked(const JobRecord& job, const std::vector<std::string>& devices,
                       bool is_restart);
+  // Whether a queued job's dependencies (--after) let it start. While some have not ended,
+  // false with `*waiting` = "after J (RUNNING), …"; when one ended other than the job waits
+  // for, false after moving the job to FAILED here.
+  bool DependenciesAllowStartLocked(const JobRecord& job, std::string* waiting);
   void ScheduleLocked();
   // The launcher named `name` ("local", "slurm"); null when adctld has none by that name.
   Launcher* LauncherFor(const std::string& name) const;

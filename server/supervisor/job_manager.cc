@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -131,6 +132,24 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
     ADCTL_RETURN_IF_ERROR(CheckRankCount("resources.gpus", spec.resources.gpus));
   }
   const std::string yaml = JobSpecToYaml(spec);
+  ADCTL_RETURN_IF_ERROR(CheckLabels(request.labels, "labels"));
+  // Dependencies name jobs that exist (so no cycle can form: a new job's id is new).
+  std::vector<std::string> after;
+  if (request.after_any && request.after.empty()) {
+    return InvalidArgument("after_any: needs the jobs to wait for (--after J)");
+  }
+  for (const std::string& id : request.after) {
+    if (std::find(after.begin(), after.end(), id) != after.end()) continue;
+    auto other = store_->GetJob(id);
+    if (other.status().code() == StatusCode::kNotFound) {
+      return InvalidArgument("after: no job " + id.substr(0, 64));
+    }
+    if (!other.ok()) return other.status();
+    after.push_back(id);
+  }
+  if (after.size() > 64) {
+    return InvalidArgument("after: at most 64 jobs, got " + std::to_string(after.size()));
+  }
 
   if (!request.submission_id.empty()) {
     auto existing = store_->FindJobBySubmissionId(request.submission_id);
@@ -166,6 +185,9 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.rendezvous_timeout_seconds = spec.resources.rendezvous_timeout_seconds;
   job.checkpoint_dir = spec.checkpoint.dir;
   job.launcher = *launcher;
+  job.after = after;
+  job.after_any = request.after_any;
+  job.labels = request.labels;
   job.submitted_at = clock_->Now();
   job.progress.total_steps = spec.train.max_steps;
   std::error_code ec;

@@ -47,6 +47,9 @@ struct SubmitRequest {
   std::optional<int> priority;
   std::string submission_id;
   std::string by;  // who asks: the token's name ("owner" without tokens); "" unknown
+  std::vector<std::string> after;  // jobs it waits for (afterok; with after_any, afterany)
+  bool after_any = false;
+  std::map<std::string, std::string> labels;
 };
 
 class JobManager {

@@ -192,7 +192,7 @@ class ScrapeTest : public ::testing::Test {
     prometheus_ = Which(ADCTL_PROMETHEUS);
     ASSERT_FALSE(prometheus_.empty())
         << ADCTL_PROMETHEUS << " not found: install Debian's prometheus (scripts/install-deps)";
-    if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) {
+    if (!HaveAdworker()) {
       GTEST_SKIP() << "adworker is not built (configure with ADCTL_PREBUILT_ADWORKER)";
     }
   }

@@ -13,16 +13,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class CheckpointKeepTest : public ::testing::Test {
+class CheckpointKeepTest : public CoordinatorTest<1> {
  protected:
-  void SetUp() override {
-    if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) {
-      GTEST_SKIP() << "adworker is not built";
-    }
-    coordinator_ = std::make_unique<Coordinator>(1);
-    coordinator_->Start();
-  }
-
   // The steps of the job's checkpoints on disk, as `adctl ckpt ls` lists them.
   std::set<int64_t> OnDisk(const std::string& id, std::set<int64_t>* pinned = nullptr) {
     std::set<int64_t> out;
@@ -35,8 +27,6 @@ class CheckpointKeepTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::unique_ptr<Coordinator> coordinator_;
 };
 
 // The example (2,000 steps, a checkpoint every 10, the newest 2 kept, every 500th kept,

@@ -29,15 +29,8 @@ std::string TinySpec(int steps, int max_restarts = 0, int gpus = 1, double grace
                          ", grace_seconds: " + std::to_string(grace));
 }
 
-class ControlPlaneTest : public ::testing::Test {
+class ControlPlaneTest : public CoordinatorTest<2> {
  protected:
-  void SetUp() override {
-    if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) {
-      GTEST_SKIP() << "adworker is not built";
-    }
-    coordinator_ = std::make_unique<Coordinator>(2);
-    coordinator_->Start();
-  }
   // No live process in any rank's process group, over every attempt.
   void ExpectNoRankProcess(const nlohmann::json& job) {
     for (const auto& r : job.value("ranks", nlohmann::json::array())) {
@@ -59,7 +52,6 @@ class ControlPlaneTest : public ::testing::Test {
     }
     return false;
   }
-  std::unique_ptr<Coordinator> coordinator_;
 };
 
 TEST_F(ControlPlaneTest, SubmitRunsToSucceededWithACheckpointOnDisk) {
@@ -123,6 +115,145 @@ TEST_F(ControlPlaneTest, CancelMidRunEndsCancelledWithNoProcessLeft) {
   CommandResult again = c.Adctl({"cancel", id});
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.err.find("already ended"), std::string::npos) << again.err;
+}
+
+// --after (issue 31 item 3, Slurm's afterok): a dependent job waits QUEUED saying for what,
+// through an adctld restart; when the job it waits for is cancelled it FAILS without a rank,
+// while an --after-any job runs; a chain whose first job succeeds runs the second; an unknown
+// id is refused at submit.
+TEST_F(ControlPlaneTest, AfterChainsJobsAndADependencyThatFailsFailsItsDependents) {
+  Coordinator& c = *coordinator_;
+  const std::string first = c.Submit(c.WriteSpec("long", TinySpec(100000)));
+  const std::string spec = c.WriteSpec("short", TinySpec(2));
+  const std::string ok_only = c.Submit(spec, {"--after", first});
+  const std::string any_end = c.Submit(spec, {"--after", first, "--after-any"});
+  auto waiting = c.WaitUntil(
+      ok_only,
+      [](const nlohmann::json& j) { return j.value("wait_reason", "").rfind("after ", 0) == 0; },
+      30, "a wait reason naming the dependency");
+  EXPECT_EQ(waiting["state"], "JOB_STATE_QUEUED");
+  EXPECT_NE(waiting["wait_reason"].get<std::string>().find("after " + first + " ("),
+            std::string::npos)
+      << waiting.dump(2);
+  EXPECT_EQ(waiting["after"], nlohmann::json::array({first}));
+  EXPECT_NE(c.Adctl({"describe", ok_only}).out.find("After:      " + first), std::string::npos);
+
+  // The dependency is in SQLite: a restarted adctld still holds the job back.
+  c.WaitUntil(
+      first, [](const nlohmann::json& j) { return Step(j) >= 1; }, 240, "first step");
+  c.Kill9();
+  c.Start();
+  auto still = c.WaitUntil(
+      ok_only, [](const nlohmann::json& j) { return !j.value("wait_reason", "").empty(); }, 30,
+      "a wait reason after the restart");
+  EXPECT_EQ(still["state"], "JOB_STATE_QUEUED");
+  EXPECT_NE(still["wait_reason"].get<std::string>().find(first + " (RUNNING)"), std::string::npos)
+      << still.dump(2);
+
+  ASSERT_EQ(c.Adctl({"cancel", first, "--grace", "10"}).exit_code, 0);
+  auto failed = c.WaitState(ok_only, "FAILED", 60);
+  EXPECT_NE(failed["message"].get<std::string>().find("dependency " + first +
+                                                      " ended CANCELLED; no rank started"),
+            std::string::npos)
+      << failed.dump(2);
+  EXPECT_EQ(failed.value("attempt", 0), 0) << "no rank was started";
+  EXPECT_EQ(c.Adctl({"wait", any_end, "--timeout", "240"}).exit_code, 0) << "any end will do";
+
+  // A chain whose first job succeeds runs the next.
+  const std::string a = c.Submit(spec);
+  const std::string b = c.Submit(spec, {"--after", a});
+  EXPECT_EQ(c.Adctl({"wait", b, "--timeout", "240"}).exit_code, 0);
+  EXPECT_EQ(c.Describe(a)["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_GE(c.Describe(b)["started_at"].get<double>(), c.Describe(a)["finished_at"].get<double>());
+
+  CommandResult unknown = c.Adctl({"submit", spec, "--after", "j-nope"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("after: no job j-nope"), std::string::npos) << unknown.err;
+}
+
+// Labels (issue 31 item 1): submit --label k=v; ls --label and --mine select by them, on gRPC
+// and HTTP alike; cancel --label acts on every match, only with --yes where no terminal can
+// confirm, and leaves the others alone.
+TEST_F(ControlPlaneTest, LabelsSelectJobsForListsAndBulkCommands) {
+  Coordinator& c = *coordinator_;
+  const std::string spec = c.WriteSpec("long", TinySpec(100000));
+  const std::string a = c.Submit(spec, {"--label", "sweep=lr", "--label", "team=motion"});
+  const std::string b = c.Submit(spec, {"--label", "sweep=lr"});
+  const std::string other = c.Submit(spec, {"--label", "sweep=rank"});
+  auto ids = [](const nlohmann::json& list) {
+    std::set<std::string> out;
+    for (const auto& j : list.value("jobs", nlohmann::json::array())) out.insert(j["id"]);
+    return out;
+  };
+  EXPECT_EQ(ids(c.AdctlJson({"ls", "--label", "sweep=lr"})), (std::set<std::string>{a, b}));
+  EXPECT_EQ(ids(c.AdctlJson({"ls", "--label", "sweep=lr", "--label", "team=motion"})),
+            (std::set<std::string>{a}));
+  EXPECT_EQ(ids(c.AdctlJson({"ls", "--mine"})), (std::set<std::string>{a, b, other}))
+      << "the tokenless owner submitted them all";
+  EXPECT_EQ(c.Describe(a)["labels"], (nlohmann::json{{"sweep", "lr"}, {"team", "motion"}}));
+  EXPECT_NE(c.Adctl({"describe", a}).out.find("Labels:     sweep=lr, team=motion"),
+            std::string::npos);
+  auto http = c.Http("GET", "/api/v1/jobs?label=sweep%3Dlr");
+  ASSERT_EQ(http.status, 200) << http.body;
+  EXPECT_EQ(ids(http.json), (std::set<std::string>{a, b}));
+  EXPECT_EQ(c.Http("GET", "/api/v1/jobs?label=bad%20key%3Dx").status, 400);
+  EXPECT_EQ(c.Http("GET", "/api/v1/jobs?mine=1").json["jobs"].size(), 3u);
+
+  // No terminal to confirm on: nothing is cancelled without --yes.
+  CommandResult unconfirmed = c.Adctl({"cancel", "--label", "sweep=lr"});
+  EXPECT_EQ(unconfirmed.exit_code, 2);
+  EXPECT_NE(unconfirmed.err.find("2 job(s) match; add --yes to cancel them"), std::string::npos)
+      << unconfirmed.err;
+  EXPECT_EQ(c.Adctl({"cancel", a, "--label", "sweep=lr"}).exit_code, 2) << "a JOB or --label";
+  CommandResult bulk = c.Adctl({"cancel", "--label", "sweep=lr", "--yes", "--grace", "5"});
+  EXPECT_EQ(bulk.exit_code, 0) << bulk.err;
+  EXPECT_NE(bulk.err.find("cancel: 2 of 2 job(s)"), std::string::npos) << bulk.err;
+  c.WaitState(a, "CANCELLED", 60);
+  c.WaitState(b, "CANCELLED", 60);
+  const std::string left = c.Describe(other)["state"];
+  EXPECT_TRUE(left == "JOB_STATE_QUEUED" || left == "JOB_STATE_STARTING" ||
+              left == "JOB_STATE_RUNNING")
+      << left;
+  ASSERT_EQ(c.Adctl({"cancel", other, "--grace", "5"}).exit_code, 0);
+}
+
+// --sweep (issue 31 item 2): the product of the values as jobs of one group, each carrying its
+// values as labels and in its spec; submitted again with the same submission id, the same jobs;
+// ls --group shows them with a summary.
+TEST_F(ControlPlaneTest, ASweepSubmitsTheProductAsOneGroup) {
+  Coordinator& c = *coordinator_;
+  const std::string spec = c.WriteSpec("short", TinySpec(2));
+  const std::vector<std::string> sweep = {"submit",  spec,         "--sweep",
+                                          "train.lr=0.001,0.002", "--sweep",
+                                          "train.max_steps=2,3",  "--submission-id",
+                                          "sweep-1"};
+  auto first = c.AdctlJson(sweep);
+  const std::string group = first["group"];
+  ASSERT_EQ(first["jobs"].size(), 4u) << first.dump(2);
+  std::set<std::string> ids, combinations;
+  for (const auto& j : first["jobs"]) {
+    ids.insert(j["id"].get<std::string>());
+    EXPECT_EQ(j["labels"]["group"], group);
+    combinations.insert(j["labels"]["train.lr"].get<std::string>() + "/" +
+                        j["labels"]["train.max_steps"].get<std::string>());
+    const std::string yaml = j["spec_yaml"];
+    EXPECT_NE(yaml.find("lr: " + j["labels"]["train.lr"].get<std::string>()), std::string::npos)
+        << yaml;
+  }
+  EXPECT_EQ(combinations,
+            (std::set<std::string>{"0.001/2", "0.001/3", "0.002/2", "0.002/3"}));
+  auto again = c.AdctlJson(sweep);
+  EXPECT_EQ(again["group"], group) << "the submission id fixes the group";
+  std::set<std::string> again_ids;
+  for (const auto& j : again["jobs"]) again_ids.insert(j["id"].get<std::string>());
+  EXPECT_EQ(again_ids, ids) << "the same sweep again is the same jobs";
+  for (const std::string& id : ids) {
+    EXPECT_EQ(c.Adctl({"wait", id, "--timeout", "240"}).exit_code, 0) << id;
+  }
+  CommandResult listed = c.Adctl({"ls", "--group", group});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("group " + group + ": 4 job(s): 4 SUCCEEDED"), std::string::npos)
+      << listed.out;
 }
 
 TEST_F(ControlPlaneTest, PauseThenResumeContinuesFromTheCheckpointStep) {

@@ -49,7 +49,7 @@ class SmallDisk {
 };
 
 TEST(FaultTest, DiskFullUnderTheDatabaseLosesNoMetricsAndSaysWhy) {
-  if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) GTEST_SKIP() << "no adworker";
+  if (!HaveAdworker()) GTEST_SKIP() << "no adworker";
   Coordinator c(1);
   SmallDisk disk(c.dir() + "/data", 48);  // adctld's data directory: database and job folders
   if (!disk.why_not().empty()) GTEST_SKIP() << disk.why_not();
@@ -100,7 +100,7 @@ TEST(FaultTest, DiskFullUnderTheDatabaseLosesNoMetricsAndSaysWhy) {
 // disk will not grow), its exit class says it could not write its output, and the job's message
 // carries the rank's own reason (issue 35 item 1), in `describe` and `wait -o json` alike.
 TEST(FaultTest, ACheckpointOnAFullDiskFailsTheJobSayingWhy) {
-  if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) GTEST_SKIP() << "no adworker";
+  if (!HaveAdworker()) GTEST_SKIP() << "no adworker";
   Coordinator c(1);
   const std::string out = c.dir() + "/out";
   SmallDisk disk(out + "/small", 1);  // 1 MB: a tiny preset's checkpoint needs several

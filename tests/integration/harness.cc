@@ -28,6 +28,11 @@ std::string AdworkerPath() {
   return ADCTL_TEST_ADWORKER;
 }
 
+bool HaveAdworker() {
+  const std::string path = AdworkerPath();
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
+
 bool PidAlive(int pid) { return pid > 0 && ProcessAlive(pid, 0); }
 bool GroupAlive(int pgid) { return pgid > 1 && ProcessGroupExists(pgid); }
 

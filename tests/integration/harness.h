@@ -6,6 +6,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -92,6 +93,21 @@ class Coordinator {
 std::string AdctldPath();
 std::string AdctlPath();
 std::string AdworkerPath();
+// Whether adworker is built (the tests that train skip without it).
+bool HaveAdworker();
+
+// A test that trains through a running adctld with `kSlots` CPU slots: skipped without
+// adworker.
+template <int kSlots>
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveAdworker()) GTEST_SKIP() << "adworker is not built";
+    coordinator_ = std::make_unique<Coordinator>(kSlots);
+    coordinator_->Start();
+  }
+  std::unique_ptr<Coordinator> coordinator_;
+};
 // The README's tiny job (preset tiny, 16 synthetic clips of 4×8×8, batch 1, a checkpoint every
 // 2 steps, the last 2 kept) with `steps` optimizer steps; `resources` is the body of its
 // resources mapping ("gpus: 2, max_restarts: 1").

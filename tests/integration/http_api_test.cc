@@ -38,8 +38,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-bool HaveAdworker() { return !AdworkerPath().empty() && fs::exists(AdworkerPath()); }
-
 // The error body: {"error": CODE, "message": "..."}.
 void ExpectError(const HttpReply& r, int status, const std::string& code) {
   EXPECT_EQ(r.status, status) << r.body;
@@ -274,15 +272,7 @@ TEST(HttpApiTest, ErrorsAreJsonWithTheirStatus) {
   EXPECT_EQ(c.HttpWithAuthorization("GET", "/healthz", "").status, 200);
 }
 
-class HttpApiTrainingTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!HaveAdworker()) GTEST_SKIP() << "adworker is not built";
-    coordinator_ = std::make_unique<Coordinator>(1);
-    coordinator_->Start();
-  }
-  std::unique_ptr<Coordinator> coordinator_;
-};
+using HttpApiTrainingTest = CoordinatorTest<1>;
 
 TEST_F(HttpApiTrainingTest, MetricsLongPollLogsCheckpointsAndCommands) {
   Coordinator& c = *coordinator_;

@@ -14,23 +14,13 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class PreprocessJobTest : public ::testing::Test {
+class PreprocessJobTest : public CoordinatorTest<1> {
  protected:
-  void SetUp() override {
-    if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) {
-      GTEST_SKIP() << "adworker is not built";
-    }
-    coordinator_ = std::make_unique<Coordinator>(1);
-    coordinator_->Start();
-  }
-
   // Runs `adworker ARGS` and fails the test when it does not exit 0.
   void Adworker(const std::string& args, const std::string& log) {
     const std::string command = AdworkerPath() + " " + args + " > " + log + " 2>&1";
     ASSERT_EQ(std::system(command.c_str()), 0) << ReadFile(log);
   }
-
-  std::unique_ptr<Coordinator> coordinator_;
 };
 
 TEST_F(PreprocessJobTest, ShowsItsOwnProgressAndNothingOfTraining) {

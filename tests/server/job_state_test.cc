@@ -15,7 +15,7 @@ using S = JobState;
 
 const std::map<S, std::set<S>>& ExpectedTable() {
   static const auto* table = new std::map<S, std::set<S>>{
-      {S::kQueued, {S::kStarting, S::kPaused, S::kCancelled}},
+      {S::kQueued, {S::kStarting, S::kPaused, S::kCancelled, S::kFailed}},
       {S::kStarting,
        {S::kRunning, S::kSucceeded, S::kFailed, S::kRestarting, S::kCancelling, S::kPausing}},
       {S::kRunning, {S::kSucceeded, S::kFailed, S::kRestarting, S::kCancelling, S::kPausing}},
@@ -45,7 +45,7 @@ TEST(JobStateTest, TransitionTableOverAllPairs) {
       allowed += st.ok();
     }
   }
-  EXPECT_EQ(allowed, 27);
+  EXPECT_EQ(allowed, 28);
 }
 
 TEST(JobStateTest, TerminalStatesHaveNoExitAndNoLiveAttempt) {

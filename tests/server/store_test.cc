@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 14);
+  EXPECT_EQ(store_->schema_version(), 15);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -116,6 +116,9 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN eval_loss; "
                          "ALTER TABLE jobs DROP COLUMN eval_step; "
                          "ALTER TABLE jobs DROP COLUMN validation_seconds; "
+                         "ALTER TABLE jobs DROP COLUMN after_jobs; "
+                         "ALTER TABLE jobs DROP COLUMN after_any; "
+                         "ALTER TABLE jobs DROP COLUMN labels; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -124,11 +127,18 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 14);
+  EXPECT_EQ(store_->schema_version(), 15);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
   EXPECT_EQ(store_->GetJob("j-old")->cluster_job, "");
+  EXPECT_TRUE(store_->GetJob("j-old")->after.empty());  // migration 15
+  auto chained = NewJob("j-next");
+  chained.after = {"j-old", "j-other"};
+  chained.after_any = true;
+  ASSERT_TRUE(store_->InsertJob(chained).ok());
+  EXPECT_EQ(store_->GetJob("j-next")->after, (std::vector<std::string>{"j-old", "j-other"}));
+  EXPECT_TRUE(store_->GetJob("j-next")->after_any);
   SampleRecord sample;
   sample.job_id = "j-old";
   sample.step = 2;
@@ -139,6 +149,36 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   checkpoint.stall_seconds = 0.5;
   ASSERT_TRUE(store_->AddCheckpoint(checkpoint).ok());
   EXPECT_EQ(store_->ListCheckpoints("j-old")->at(0).stall_seconds, 0.5);  // migration 9
+}
+
+// Labels (migration 15): kept as given, and a listing keeps only the jobs with every label asked
+// for (and the submitter asked for); a key that is not a plain name is refused.
+TEST_F(StoreTest, LabelsRoundTripAndSelectJobs) {
+  auto a = NewJob("j-a");
+  a.labels = {{"sweep", "lr"}, {"team", "motion"}};
+  ASSERT_TRUE(store_->InsertJob(a, "alice").ok());
+  auto b = NewJob("j-b");
+  b.labels = {{"sweep", "lr"}};
+  ASSERT_TRUE(store_->InsertJob(b, "bob").ok());
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-c"), "alice").ok());
+  EXPECT_EQ(store_->GetJob("j-a")->labels, a.labels);
+  EXPECT_TRUE(store_->GetJob("j-c")->labels.empty());
+  auto ids = [&](const JobSelector& selector) {
+    std::vector<std::string> out;
+    auto jobs = store_->ListJobs({}, 0, 0, selector);
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    for (const JobRecord& j : *jobs) out.push_back(j.id);
+    return out;
+  };
+  EXPECT_EQ(ids({{{"sweep", "lr"}}, ""}), (std::vector<std::string>{"j-b", "j-a"}));
+  EXPECT_EQ(ids({{{"sweep", "lr"}, {"team", "motion"}}, ""}), (std::vector<std::string>{"j-a"}));
+  EXPECT_EQ(ids({{{"sweep", "rank"}}, ""}), (std::vector<std::string>{}));
+  EXPECT_EQ(ids({{}, "alice"}), (std::vector<std::string>{"j-c", "j-a"}));
+  EXPECT_EQ(ids({{{"sweep", "lr"}}, "alice"}), (std::vector<std::string>{"j-a"}));
+  auto bad = store_->ListJobs({}, 0, 0, {{{"sw\"eep", "x"}}, ""});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("labels: key 'sw\"eep' must be"), std::string::npos);
+  EXPECT_FALSE(CheckLabels({{"k", std::string(300, 'v')}}, "labels").ok());
 }
 
 TEST_F(StoreTest, SamplesKeepStepAndPromptAndARenderedStepReplacesItsRows) {

@@ -33,7 +33,7 @@ std::string ClusterJob(const nlohmann::json& job) {
 class SlurmTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) {
+    if (!HaveAdworker()) {
       skip_ = "adworker is not built";
       return;
     }
@@ -407,7 +407,7 @@ TEST_F(SlurmTest, AdctldRestartReattachesToTheRunningSlurmJob) {
 
 // Without --slurm a slurm job is refused at submit, naming the flag (no cluster needed).
 TEST(SlurmConfigTest, SlurmJobWithoutASlurmLauncherIsRejected) {
-  if (AdworkerPath().empty() || !fs::exists(AdworkerPath())) GTEST_SKIP() << "no adworker";
+  if (!HaveAdworker()) GTEST_SKIP() << "no adworker";
   Coordinator c(2);
   c.Start();
   CommandResult r = c.Adctl({"submit", c.WriteSpec("refused", SlurmSpec(2))});

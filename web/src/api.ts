@@ -48,6 +48,9 @@ export interface Job {
   progress?: Progress;
   ranks: Rank[];
   trains?: string; // "motion modules", or "MotionLoRA rank 64, alpha 64 (…) on <base>"
+  after?: string[]; // the jobs it waits for (adctl submit --after)
+  after_any?: boolean; // any end of them will do, not only SUCCEEDED
+  labels?: Record<string, string>; // adctl submit --label k=v
   spec_yaml?: string; // the canonical YAML of the effective spec (GET /jobs/{id} carries it)
 }
 

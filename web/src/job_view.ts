@@ -144,6 +144,18 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
         ...field("GPUs", gpusText(j)),
         ...field("Attempt", `${j.attempt} (restarts ${j.restarts}/${j.max_restarts})`),
         ...field("Submitted", time(j.submitted_at)),
+        ...(j.labels && Object.keys(j.labels).length
+          ? field(
+              "Labels",
+              Object.keys(j.labels)
+                .sort()
+                .map((k) => `${k}=${j.labels![k]}`)
+                .join(", "),
+            )
+          : []),
+        ...(j.after && j.after.length
+          ? field("After", `${j.after.join(", ")} (${j.after_any ? "any end" : "each must succeed"})`)
+          : []),
         ...field("Message", j.message || j.wait_reason || "–"),
       ),
     );
