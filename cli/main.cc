@@ -348,8 +348,8 @@ int SubmitSweep(Client& c, const Globals& g, const SubmitArgs& a,
     if (g.json()) {
       out["jobs"].push_back(nlohmann::json::parse(ToJson(resp.job())));
     } else {
-      std::cout << (resp.created() ? "submitted " : "already submitted ") << resp.job().id()
-                << " (" << described << ")\n";
+      std::cout << (resp.created() ? "submitted " : "already submitted ") << resp.job().id() << " ("
+                << described << ")\n";
     }
   }
   if (g.json()) {

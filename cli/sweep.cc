@@ -5,7 +5,6 @@
 #include <random>
 
 #include "cli/render.h"
-
 #include "common/sha256.h"
 
 namespace adctl::cli {

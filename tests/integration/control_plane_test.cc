@@ -223,10 +223,10 @@ TEST_F(ControlPlaneTest, LabelsSelectJobsForListsAndBulkCommands) {
 TEST_F(ControlPlaneTest, ASweepSubmitsTheProductAsOneGroup) {
   Coordinator& c = *coordinator_;
   const std::string spec = c.WriteSpec("short", TinySpec(2));
-  const std::vector<std::string> sweep = {"submit",  spec,         "--sweep",
-                                          "train.lr=0.001,0.002", "--sweep",
-                                          "train.max_steps=2,3",  "--submission-id",
-                                          "sweep-1"};
+  const std::vector<std::string> sweep = {"submit",          spec,
+                                          "--sweep",         "train.lr=0.001,0.002",
+                                          "--sweep",         "train.max_steps=2,3",
+                                          "--submission-id", "sweep-1"};
   auto first = c.AdctlJson(sweep);
   const std::string group = first["group"];
   ASSERT_EQ(first["jobs"].size(), 4u) << first.dump(2);
@@ -240,8 +240,7 @@ TEST_F(ControlPlaneTest, ASweepSubmitsTheProductAsOneGroup) {
     EXPECT_NE(yaml.find("lr: " + j["labels"]["train.lr"].get<std::string>()), std::string::npos)
         << yaml;
   }
-  EXPECT_EQ(combinations,
-            (std::set<std::string>{"0.001/2", "0.001/3", "0.002/2", "0.002/3"}));
+  EXPECT_EQ(combinations, (std::set<std::string>{"0.001/2", "0.001/3", "0.002/2", "0.002/3"}));
   auto again = c.AdctlJson(sweep);
   EXPECT_EQ(again["group"], group) << "the submission id fixes the group";
   std::set<std::string> again_ids;
