@@ -525,10 +525,16 @@ bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
 // ---------------------------------------------------------------------------------------------
 // The tick.
 
-bool AttemptMonitor::DependenciesAllowStartLocked(const JobRecord& job, std::string* waiting) {
+bool AttemptMonitor::DependenciesAllowStartLocked(const JobRecord& job,
+                                                  const std::map<std::string, JobState>& active,
+                                                  std::string* waiting) {
   // Slurm's afterok: one dependency that ended otherwise fails the job at once, without a rank.
   std::string pending, failed;
   for (const std::string& id : job.after) {
+    if (auto live = active.find(id); live != active.end()) {  // not ended: no read needed
+      pending += (pending.empty() ? "" : ", ") + id + " (" + JobStateName(live->second) + ")";
+      continue;
+    }
     auto dep = store_->GetJob(id);
     if (!dep.ok()) {
       if (failed.empty() && !job.after_any) {
@@ -572,11 +578,13 @@ void AttemptMonitor::ScheduleLocked() {
   std::vector<QueuedJob> queued;
   std::map<std::string, JobRecord> by_id;
   std::map<std::string, std::string> waiting_for_jobs;  // job id → its dependencies' states
+  std::map<std::string, JobState> active;               // what --after dependencies wait on
+  for (const JobRecord& j : jobs.value()) active[j.id] = j.state;
   for (const JobRecord& j : jobs.value()) {
     if (j.state != JobState::kQueued) continue;
     if (!j.after.empty()) {
       std::string waiting;
-      if (!DependenciesAllowStartLocked(j, &waiting)) {
+      if (!DependenciesAllowStartLocked(j, active, &waiting)) {
         if (!waiting.empty()) waiting_for_jobs[j.id] = waiting;
         continue;
       }

@@ -153,7 +153,10 @@ class AttemptMonitor {
   // Whether a queued job's dependencies (--after) let it start. While some have not ended,
   // false with `*waiting` = "after J (RUNNING), …"; when one ended other than the job waits
   // for, false after moving the job to FAILED here.
-  bool DependenciesAllowStartLocked(const JobRecord& job, std::string* waiting);
+  // `active`: the non-terminal jobs' states (the tick's snapshot); only ended ones are read.
+  bool DependenciesAllowStartLocked(const JobRecord& job,
+                                    const std::map<std::string, JobState>& active,
+                                    std::string* waiting);
   void ScheduleLocked();
   // The launcher named `name` ("local", "slurm"); null when adctld has none by that name.
   Launcher* LauncherFor(const std::string& name) const;

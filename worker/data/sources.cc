@@ -7,6 +7,14 @@
 #include "worker/data/sampler.h"
 
 namespace adctl {
+namespace {
+
+bool SameShape(const LatentShape& a, const LatentShape& b) {
+  return a.channels == b.channels && a.frames == b.frames && a.height == b.height &&
+         a.width == b.width && a.text_len == b.text_len && a.text_dim == b.text_dim;
+}
+
+}  // namespace
 
 HoldoutSplit SplitHoldout(int64_t dataset_size, int64_t count, uint64_t seed) {
   HoldoutSplit split;
@@ -83,8 +91,7 @@ Result<std::unique_ptr<SourceMix>> SourceMix::Create(std::vector<Source> sources
   const LatentShape& first = sources.front().clips->shape();
   for (size_t i = 0; i < sources.size(); ++i) {
     const LatentShape& s = sources[i].clips->shape();
-    if (s.channels != first.channels || s.frames != first.frames || s.height != first.height ||
-        s.width != first.width || s.text_len != first.text_len || s.text_dim != first.text_dim) {
+    if (!SameShape(s, first)) {
       return InvalidArgument("data.sources[" + std::to_string(i) + "]: " + sources[i].name +
                              " holds clips of " + s.ToString() + ", data.sources[0] (" +
                              sources[0].name + ") " + first.ToString() +
@@ -172,15 +179,6 @@ std::string SourceMix::Describe() const {
 }
 
 // ---- OpenTrainingData ------------------------------------------------------------------------
-
-namespace {
-
-bool SameShape(const LatentShape& a, const LatentShape& b) {
-  return a.channels == b.channels && a.frames == b.frames && a.height == b.height &&
-         a.width == b.width && a.text_len == b.text_len && a.text_dim == b.text_dim;
-}
-
-}  // namespace
 
 Result<TrainingData> OpenTrainingData(const JobSpec& spec, int64_t channels, int64_t text_dim,
                                       bool* spec_error) {
