@@ -1,9 +1,9 @@
 #include "server/api/motion_exports.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 
 #include "common/checkpoint_dir.h"
@@ -208,13 +208,12 @@ Result<std::vector<MotionExport>> MotionExports::List(const std::string& job_id)
       auto files = FilesOf(layout.dir(), at.string());
       if (!files.ok()) return files.status();
       e.files = std::move(files.value());
-      const auto mtime = fs::last_write_time(at, exists_ec);
-      if (!exists_ec) {
-        // C++17 has no clock_cast: the file clock's distance from now, on the system clock.
-        const auto system = std::chrono::system_clock::now() +
-                            std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                mtime - fs::file_time_type::clock::now());
-        e.created_at = std::chrono::duration<double>(system.time_since_epoch()).count();
+      // The file's own modification time, read the same way on every call (a file-clock to
+      // system-clock conversion through two now()s would differ by a tick between calls).
+      struct stat st {};
+      if (::stat(at.c_str(), &st) == 0) {
+        e.created_at =
+            static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
       }
       out.push_back(std::move(e));
     }
