@@ -274,8 +274,11 @@ Result<WatchCursor> JobQueries::StartWatch(const std::string& job_id,
   WatchCursor cursor;
   cursor.last_event_id = after_event_id;
   // Metrics: only points from now on (the job snapshot carries the progress so far).
-  if (auto all = store_->ListMetrics(job_id, 0, 0); all.ok() && !all->empty()) {
-    cursor.last_metric_id = all->back().id;
+  // The newest id is the largest of each rank's newest point (one row per rank, not the history).
+  if (auto latest = store_->LatestMetricsPerRank(job_id); latest.ok()) {
+    for (const MetricRecord& m : *latest) {
+      cursor.last_metric_id = std::max(cursor.last_metric_id, m.id);
+    }
   }
   return cursor;
 }
