@@ -13,7 +13,6 @@ namespace adctl {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 TEST(JobSpecTest, ParsesSectionsAndBetasList) {
   Result<JobSpec> spec = ParseJobSpec(kTiny);
