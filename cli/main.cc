@@ -264,10 +264,11 @@ struct SubmitArgs {
   std::vector<std::string> sets;
   std::vector<std::string> after;  // --after J[,K] (repeatable)
   bool after_any = false;
-  std::vector<std::string> labels;  // --label k=v (repeatable)
-  std::vector<std::string> sweeps;  // --sweep path=v1,v2 (repeatable: the cartesian product)
+  std::vector<std::string> labels;    // --label k=v (repeatable)
+  std::vector<std::string> sweeps;    // --sweep path=v1,v2 (repeatable: the cartesian product)
+  std::vector<std::string> webhooks;  // --webhook URL (repeatable)
   std::optional<int> gpus, priority;
-  bool wait = false, follow = false;
+  bool wait = false, follow = false, dry_run = false;
   double timeout = 0;
 };
 struct ListArgs {
@@ -381,7 +382,19 @@ int Submit(Client& c, const Globals& g, const SubmitArgs& a) {
     }
   }
   req.set_after_any(a.after_any);
+  for (const std::string& url : a.webhooks) req.add_webhooks(url);
   if (!ParseLabels(a.labels, req.mutable_labels())) return kExitUsage;
+  if (a.dry_run) {
+    if (!a.sweeps.empty() || a.wait || a.follow) {
+      std::cerr << "adctl: --dry-run submits nothing: not with --sweep, --wait or --follow\n";
+      return kExitUsage;
+    }
+    req.set_dry_run(true);
+    v1::SubmitJobResponse resp;
+    if (int rc = c.Call(&Stub::SubmitJob, req, &resp); rc != 0) return rc;
+    if (!PrintedAsJson(g, resp.plan())) std::cout << RenderPlan(resp.plan());
+    return 0;
+  }
   if (!a.sweeps.empty()) return SubmitSweep(c, g, a, req);
   v1::SubmitJobResponse resp;
   if (int rc = c.Call(&Stub::SubmitJob, req, &resp); rc != 0) return rc;
@@ -902,6 +915,14 @@ int main(int argc, char** argv) {
   submit_cmd->add_option("--sweep", submit.sweeps,
                          "path=v1,v2 (repeatable): one job per combination of the values, in a "
                          "group (adctl ls --group G)");
+  submit_cmd
+      ->add_option("--webhook", submit.webhooks,
+                   "URL told (JSON POST) when the job ends or has validation samples "
+                   "(repeatable; docs/notifications.md)")
+      ->allow_extra_args(false);
+  submit_cmd->add_flag("--dry-run", submit.dry_run,
+                       "check everything and show what the job would get now (devices or why "
+                       "it would wait, GPU memory estimate); submit nothing");
   submit_cmd->add_flag("--wait", submit.wait, "wait for the job to end; exit code by outcome");
   submit_cmd->add_flag("--follow", submit.follow,
                        "show live progress until the job ends; exit code by outcome");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 
 namespace adctl::cli {
 
@@ -156,6 +157,37 @@ std::string Table::ToString() const {
     out += line + "\n";
   }
   return out;
+}
+
+std::string RenderPlan(const v1::SubmitPlan& plan) {
+  std::ostringstream out;
+  out << "dry run: the spec is valid; nothing was submitted\n";
+  out << "Trains:        " << plan.trains() << "\n";
+  out << "Ranks:         " << plan.ranks() << " (" << plan.launcher() << "), global batch "
+      << plan.global_batch() << " clips\n";
+  if (plan.devices_size() > 0) {
+    std::string devices;
+    for (const std::string& d : plan.devices()) devices += (devices.empty() ? "" : ", ") + d;
+    out << "Would start:   now, on " << devices << "\n";
+  } else {
+    out << "Would wait:    " << plan.wait_reason() << "\n";
+  }
+  if (plan.has_memory()) {
+    const v1::MemoryEstimate& m = plan.memory();
+    out << "GPU memory:    ~" << FormatBytes(m.peak_bytes()) << " peak per rank (weights "
+        << FormatBytes(m.weights_bytes()) << ", trained state " << FormatBytes(m.trainable_bytes())
+        << ", activations " << FormatBytes(m.activation_bytes()) << ", workspace "
+        << FormatBytes(m.workspace_bytes()) << ")\n";
+    if (m.device_memory_bytes() > 0) {
+      const bool fits = m.peak_bytes() <= m.device_memory_bytes();
+      out << "               " << (fits ? "fits" : "does NOT fit") << " the "
+          << FormatBytes(m.device_memory_bytes()) << " GPU"
+          << (fits ? "" : ": lower train.batch_size or set model.gradient_checkpointing") << "\n";
+    }
+    out << "               from " << m.basis() << "\n";
+  }
+  for (const std::string& url : plan.webhooks()) out << "Webhook:       " << url << "\n";
+  return out.str();
 }
 
 }  // namespace adctl::cli

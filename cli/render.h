@@ -31,6 +31,10 @@ bool Trains(const v1::Job& job);
 // truncated 2), 4.20 videos/s" (reasons with a count only; `with_reasons` false: the total).
 std::string PreprocessLine(const v1::PreprocessProgress& p, bool with_reasons);
 
+// `adctl submit --dry-run`: what the job would get now, its peak memory estimate against the
+// GPUs', and who would be told; several lines.
+std::string RenderPlan(const v1::SubmitPlan& plan);
+
 class Table {
  public:
   explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}

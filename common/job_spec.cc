@@ -68,8 +68,8 @@ ADCTL_SPEC_ENUM_TABLE(LoraScope, {LoraScope::kMotion, "motion"}, {LoraScope::kSp
 
 namespace {
 
-constexpr const char* kSections[] = {"model",      "data", "preprocess", "train",    "checkpoint",
-                                     "validation", "eval", "export",     "resources"};
+constexpr const char* kSections[] = {"model",      "data", "preprocess", "train",     "checkpoint",
+                                     "validation", "eval", "export",     "resources", "notify"};
 // Mappings one level further down: `model: {lora: {rank: 64}}` is model.lora.rank.
 constexpr const char* kSubsections[] = {"model.lora", "train.ema", "checkpoint.keep_best"};
 
@@ -209,6 +209,7 @@ void ForEachField(Spec& s, F&& f) {
   f("resources.slurm_qos", s.resources.slurm_qos);
   f("resources.slurm_time_limit", s.resources.slurm_time_limit);
   f("resources.slurm_extra_args", s.resources.slurm_extra_args);
+  f("notify.webhooks", s.notify.webhooks);
 }
 
 // The launcher fields (ResourceSpec): written only when they differ from a default spec's; the
@@ -225,6 +226,7 @@ bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
     return spec.train.nan_policy != "rollback";
   }
   if (path == "export.weights") return spec.exports.weights == "raw";
+  if (path == "notify.webhooks") return spec.notify.webhooks.empty();
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
       "resources.slurm_account",    "resources.slurm_partition", "resources.slurm_qos",
@@ -1240,6 +1242,39 @@ Status ValidateJobSpec(const JobSpec& s) {
                            " ranks do not split evenly over resources.nodes " +
                            std::to_string(r.nodes));
   }
+  constexpr size_t kMaxWebhooks = 8;
+  if (s.notify.webhooks.size() > kMaxWebhooks) {
+    return InvalidArgument("notify.webhooks: at most " + std::to_string(kMaxWebhooks) +
+                           " URLs, got " + std::to_string(s.notify.webhooks.size()));
+  }
+  for (size_t i = 0; i < s.notify.webhooks.size(); ++i) {
+    ADCTL_RETURN_IF_ERROR(
+        CheckWebhookUrl("notify.webhooks[" + std::to_string(i) + "]", s.notify.webhooks[i]));
+  }
+  return Status::Ok();
+}
+
+Status CheckWebhookUrl(const std::string& field, const std::string& url) {
+  constexpr size_t kMaxUrl = 2048;
+  if (url.size() > kMaxUrl) {
+    return InvalidArgument(field + ": at most " + std::to_string(kMaxUrl) + " characters, got " +
+                           std::to_string(url.size()));
+  }
+  for (unsigned char c : url) {
+    if (c <= ' ' || c == 0x7f) {
+      return InvalidArgument(field + ": a URL has no spaces or control characters, got " +
+                             Show(url.substr(0, 64)));
+    }
+  }
+  size_t host = 0;
+  if (url.rfind("http://", 0) == 0) host = 7;
+  if (url.rfind("https://", 0) == 0) host = 8;
+  if (host == 0) {
+    return InvalidArgument(field + ": an http:// or https:// URL, got " + Show(url.substr(0, 64)));
+  }
+  if (host >= url.size() || url[host] == '/' || url[host] == ':' || url[host] == '?') {
+    return InvalidArgument(field + ": names no host: " + Show(url.substr(0, 64)));
+  }
   return Status::Ok();
 }
 
@@ -1253,6 +1288,11 @@ void ClearLauncherFields(ResourceSpec* resources) {
   resources->slurm_qos.clear();
   resources->slurm_time_limit.clear();
   resources->slurm_extra_args.clear();
+}
+
+void ClearCoordinatorFields(JobSpec* spec) {
+  ClearLauncherFields(&spec->resources);
+  spec->notify.webhooks.clear();
 }
 
 std::string JobSpecToYaml(const JobSpec& spec) {

@@ -328,6 +328,13 @@ struct ResourceSpec {
   std::vector<std::string> slurm_extra_args;  // more sbatch flags, after adctld's own
 };
 
+// Who is told when the job ends or its validation samples are ready (docs/notifications.md):
+// JSON POSTs from adctld, besides those of adctld's own --webhook. The coordinator's business:
+// a rank's copy of the spec has them cleared (a URL may carry a token).
+struct NotifySpec {
+  std::vector<std::string> webhooks;  // http:// or https:// URLs
+};
+
 // The launcher fields above are the coordinator's business: the canonical YAML writes them only
 // when set, and a rank's copy of the spec has them cleared (so a worker built before they
 // existed reads it).
@@ -357,6 +364,7 @@ struct JobSpec {
   EvalSpec eval;
   ExportSpec exports;  // the `export` section
   ResourceSpec resources;
+  NotifySpec notify;
 
   // Global batch in clips per optimizer step = batch_size × grad_accum × ranks.
   int64_t GlobalBatch() const { return train.batch_size * train.grad_accum * resources.gpus; }
@@ -381,6 +389,14 @@ std::string LoraBaseMotionModule(const ModelSpec& model);
 std::string TrainsSummary(const JobSpec& spec);
 
 Status ValidateJobSpec(const JobSpec& spec);
+
+// What a rank's copy of a spec leaves out: the launcher fields (ClearLauncherFields) and
+// `notify` (the coordinator's business; a webhook URL may carry a token).
+void ClearCoordinatorFields(JobSpec* spec);
+
+// InvalidArgument naming `field` unless `url` is an http:// or https:// URL with a host, no
+// spaces or control characters, at most 2048 bytes (notify.webhooks, adctld --webhook).
+Status CheckWebhookUrl(const std::string& field, const std::string& url);
 
 // The longest grace period (seconds) a spec, a cancel or a pause may give a job's ranks to
 // checkpoint and exit before SIGKILL: a day.

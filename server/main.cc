@@ -233,6 +233,10 @@ int main(int argc, char** argv) {
   bool slurm_cpu = false;
   std::string worker_ifname;
   std::vector<std::string> worker_env;
+  std::vector<std::string> webhook_urls;
+  std::string webhook_secret_file;
+  int webhook_attempts = 5;
+  double webhook_backoff = 2;
   app.config_formatter(std::make_shared<adctl::YamlConfig>());
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error
   app.set_config("--config", "",
@@ -282,6 +286,20 @@ int main(int argc, char** argv) {
   app.add_option("--worker-env", worker_env,
                  "K=V added to every rank's environment unless adctld's own sets K (repeatable)")
       ->allow_extra_args(false);
+  app.add_option("--webhook", webhook_urls,
+                 "URL told (JSON POST) when any job ends or has validation samples (repeatable; "
+                 "docs/notifications.md)")
+      ->allow_extra_args(false);
+  app.add_option("--webhook-secret-file", webhook_secret_file,
+                 "file whose contents sign every webhook body (X-Adctl-Signature: sha256=HMAC)");
+  app.add_option("--webhook-attempts", webhook_attempts,
+                 "tries per webhook delivery before it is given up (1-20)")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
+  app.add_option("--webhook-backoff", webhook_backoff,
+                 "seconds before a failed webhook delivery's first retry; doubles each time")
+      ->check(CLI::Range(0.0, 300.0))
+      ->capture_default_str();
   app.add_option("--tokens-file", tokens_file,
                  "YAML list of {name, role: viewer|submitter|admin, sha256} tokens required on "
                  "every API call (README \"Access\"); env ADCTLD_TOKEN adds an admin token; with "
@@ -524,6 +542,13 @@ int main(int argc, char** argv) {
   options.slurm = slurm;
   options.worker_ifname = worker_ifname;
   options.worker_env = worker_env_pairs;
+  auto webhooks = adctl::LoadWebhookOptions(webhook_urls, webhook_secret_file, webhook_attempts,
+                                            webhook_backoff);
+  if (!webhooks.ok()) {
+    spdlog::error("{}", webhooks.status().message());
+    return 2;
+  }
+  options.webhooks = *webhooks;
   adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics, adctl::SystemClock(),
                                slurm_launcher.get());
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });

@@ -7,6 +7,7 @@
 
 #include "common/job_spec.h"
 #include "proto/metric_point.h"
+#include "server/notify/webhooks.h"
 
 namespace adctl {
 
@@ -211,6 +212,30 @@ void ExportToProto(const MotionExport& e, v1::Export* out) {
     v1::ArtifactFile* file = out->add_files();
     file->set_path(f.relative);
     file->set_size_bytes(f.size_bytes);
+  }
+}
+
+void PlanToProto(const SubmitPlan& plan, v1::SubmitPlan* out) {
+  out->set_spec_yaml(plan.spec_yaml);
+  out->set_ranks(plan.ranks);
+  out->set_launcher(plan.launcher);
+  out->set_global_batch(plan.global_batch);
+  for (const std::string& d : plan.devices) out->add_devices(d);
+  out->set_wait_reason(plan.wait_reason);
+  out->set_trains(plan.trains);
+  for (const std::string& url : plan.webhooks) out->add_webhooks(RedactWebhookUrl(url));
+  if (plan.memory) {
+    const MemoryEstimate& m = *plan.memory;
+    v1::MemoryEstimate* e = out->mutable_memory();
+    e->set_peak_bytes(m.peak_bytes());
+    e->set_weights_bytes(m.weights_bytes);
+    e->set_trainable_bytes(m.trainable_bytes);
+    e->set_activation_bytes(m.activation_bytes);
+    e->set_workspace_bytes(m.workspace_bytes);
+    e->set_trainable_params(m.trainable_params);
+    e->set_frozen_params(m.frozen_params);
+    e->set_basis(m.basis);
+    e->set_device_memory_bytes(plan.device_memory_bytes);
   }
 }
 

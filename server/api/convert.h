@@ -11,6 +11,7 @@
 #include "server/api/job_queries.h"
 #include "server/api/motion_exports.h"
 #include "server/store/store.h"
+#include "server/supervisor/job_manager.h"
 
 namespace adctl {
 
@@ -31,6 +32,8 @@ SampleRecord SampleFromProto(const v1::Sample& sample);
 void MotionExportToProto(const MotionExport& exported, v1::ExportMotionModulesResponse* out);
 // One export of ListExports (and GET /api/v1/jobs/{id}/exports).
 void ExportToProto(const MotionExport& exported, v1::Export* out);
+// A dry run's plan; webhook URLs with their paths elided (RedactWebhookUrl).
+void PlanToProto(const SubmitPlan& plan, v1::SubmitPlan* out);
 // A message as JSON with the proto field names and every field printed (the HTTP API).
 std::string ToJson(const google::protobuf::Message& message);
 

@@ -104,7 +104,14 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   r.after.assign(req->after().begin(), req->after().end());
   r.after_any = req->after_any();
   for (const auto& label : req->labels()) r.labels[label.first] = label.second;
+  r.webhooks.assign(req->webhooks().begin(), req->webhooks().end());
   r.by = who.name;
+  if (req->dry_run()) {
+    auto plan = jobs_->Plan(r);
+    if (!plan.ok()) return ToGrpcStatus(plan.status());
+    PlanToProto(*plan, resp->mutable_plan());
+    return grpc::Status::OK;
+  }
   auto submitted = jobs_->Submit(r);
   if (!submitted.ok()) return ToGrpcStatus(submitted.status());
   JobToProto(submitted->first, jobs_->WaitReason(submitted->first.id), resp->mutable_job());

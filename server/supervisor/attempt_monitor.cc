@@ -161,7 +161,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
                 ": this adctld has no such launcher (start it with --slurm)");
   }
   // The store's spec is the one copy; the rank reads this file, written from it, without the
-  // launcher's fields (ClearLauncherFields).
+  // launcher's fields and the webhooks (ClearCoordinatorFields).
   auto parsed = recorder_->specs().Get(job);
   if (!parsed.ok()) return parsed.status();
   // The paths again, where they are used: a folder swapped for a symlink since the submit (into
@@ -171,7 +171,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   if (!paths.ok()) return fail("launch refused: " + paths.message());
   const ResourceSpec& resources = parsed.value()->resources;
   JobSpec rank_spec = *parsed.value();
-  ClearLauncherFields(&rank_spec.resources);
+  ClearCoordinatorFields(&rank_spec);
   // The ranks get the checkpoint folder as just checked, its symlinks resolved: their saver
   // refuses to write once it resolves elsewhere (a swap after this launch).
   if (!rank_spec.checkpoint.dir.empty()) {
@@ -562,6 +562,72 @@ bool AttemptMonitor::DependenciesAllowStartLocked(const JobRecord& job,
   return false;
 }
 
+void AttemptMonitor::DeviceSnapshotLocked(std::vector<std::string>* names,
+                                          std::map<std::string, std::string>* busy) const {
+  for (const Device& d : options_.devices) names->push_back(d.name);
+  for (const auto& [id, a] : active_) {
+    if (a.launcher != launcher_) continue;  // a cluster job holds none of this host's devices
+    for (const auto& d : a.devices) (*busy)[d] = id;
+  }
+}
+
+AttemptMonitor::PlannedPlacement AttemptMonitor::PlanPlacement(const JobRecord& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PlannedPlacement plan;
+  if (job.launcher != "local") {
+    plan.wait_reason = "placed by " + job.launcher + " (submitted at once)";
+    return plan;
+  }
+  auto jobs = store_->ListActiveJobs();
+  if (!jobs.ok()) {
+    plan.wait_reason = "unknown: " + jobs.status().ToString();
+    return plan;
+  }
+  std::map<std::string, JobState> active;
+  for (const JobRecord& j : jobs.value()) active[j.id] = j.state;
+  // The dependencies as the scheduler would see them, read only (DependenciesAllowStartLocked
+  // ends a job whose dependency failed).
+  std::string pending, failed;
+  for (const std::string& id : job.after) {
+    if (auto live = active.find(id); live != active.end()) {
+      pending += (pending.empty() ? "" : ", ") + id + " (" + JobStateName(live->second) + ")";
+      continue;
+    }
+    auto dep = store_->GetJob(id);
+    if (dep.ok() && !job.after_any && dep->state != JobState::kSucceeded && failed.empty()) {
+      failed = id + " ended " + JobStateName(dep->state);
+    }
+  }
+  if (!failed.empty()) {
+    plan.wait_reason = "it would fail at once: dependency " + failed;
+    return plan;
+  }
+  if (!pending.empty()) {
+    plan.wait_reason = "after " + pending + (job.after_any ? " (any end)" : "");
+    return plan;
+  }
+  std::vector<std::string> names;
+  std::map<std::string, std::string> busy;
+  DeviceSnapshotLocked(&names, &busy);
+  std::vector<QueuedJob> queued;
+  int64_t last_seq = 0;
+  for (const JobRecord& j : jobs.value()) {
+    last_seq = std::max(last_seq, j.seq);
+    if (j.state != JobState::kQueued || j.launcher != "local") continue;
+    // A job still waiting for its dependencies holds no place in the queue.
+    const bool waits = std::any_of(j.after.begin(), j.after.end(),
+                                   [&](const std::string& id) { return active.count(id) > 0; });
+    if (!waits) queued.push_back({j.id, j.gpus, j.priority, j.seq});
+  }
+  queued.push_back({job.id, job.gpus, job.priority, last_seq + 1});
+  ScheduleDecision d = Schedule(names, busy, queued, device_unit_);
+  for (const Placement& p : d.placements) {
+    if (p.job_id == job.id) plan.devices = p.devices;
+  }
+  if (plan.devices.empty()) plan.wait_reason = d.wait_reasons[job.id];
+  return plan;
+}
+
 void AttemptMonitor::ScheduleLocked() {
   auto jobs = store_->ListActiveJobs();
   if (!jobs.ok()) {
@@ -569,12 +635,8 @@ void AttemptMonitor::ScheduleLocked() {
     return;
   }
   std::vector<std::string> names;
-  for (const Device& d : options_.devices) names.push_back(d.name);
   std::map<std::string, std::string> busy;
-  for (const auto& [id, a] : active_) {
-    if (a.launcher != launcher_) continue;  // a cluster job holds none of this host's devices
-    for (const auto& d : a.devices) busy[d] = id;
-  }
+  DeviceSnapshotLocked(&names, &busy);
   std::vector<QueuedJob> queued;
   std::map<std::string, JobRecord> by_id;
   std::map<std::string, std::string> waiting_for_jobs;  // job id → its dependencies' states

@@ -131,6 +131,14 @@ class AttemptMonitor {
 
   // Why a QUEUED job waits ("" when it does not), as of the last schedule.
   std::string WaitReason(const std::string& job_id);
+  // What a job not yet submitted (`job`: its gpus, priority, launcher, after) would get if it
+  // were queued now, behind the queue's jobs of its priority: the devices it would start on, or
+  // why it would wait (`adctl submit --dry-run`). Changes nothing.
+  struct PlannedPlacement {
+    std::vector<std::string> devices;
+    std::string wait_reason;
+  };
+  PlannedPlacement PlanPlacement(const JobRecord& job);
   std::vector<DeviceStatus> Devices();
   // Whether each rank of `attempt` of the job still has processes (absent: not watched).
   std::map<int, bool> RanksAlive(const std::string& job_id, int attempt);
@@ -154,6 +162,9 @@ class AttemptMonitor {
   // false with `*waiting` = "after J (RUNNING), …"; when one ended other than the job waits
   // for, false after moving the job to FAILED here.
   // `active`: the non-terminal jobs' states (the tick's snapshot); only ended ones are read.
+  // The devices by name and which job holds each busy one (this host's launcher only).
+  void DeviceSnapshotLocked(std::vector<std::string>* names,
+                            std::map<std::string, std::string>* busy) const;
   bool DependenciesAllowStartLocked(const JobRecord& job,
                                     const std::map<std::string, JobState>& active,
                                     std::string* waiting);

@@ -15,6 +15,7 @@
 #include "common/job_layout.h"
 #include "common/job_spec.h"
 #include "common/lora_check.h"
+#include "common/memory_estimate.h"
 #include "common/submit_check.h"
 #include "server/launcher/process.h"
 #include "server/supervisor/secrets.h"
@@ -51,6 +52,8 @@ JobManager::JobManager(const SupervisorOptions& options, Store* store, AttemptMo
       slurm_enabled_(options.slurm.enabled),
       device_count_(options.devices.size()),
       device_unit_(DeviceUnit(options.devices)),
+      devices_(options.devices),
+      webhook_urls_(options.webhooks.urls),
       store_(store),
       monitor_(monitor),
       recorder_(recorder),
@@ -91,7 +94,7 @@ Result<JobRecord> JobManager::EndRestartWait(AttemptControl* attempt, JobState t
   return recorder_->Transition(job_id, to, message, release);
 }
 
-Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& request) {
+Result<JobManager::CheckedSubmit> JobManager::CheckSubmit(const SubmitRequest& request) {
   constexpr size_t kMaxSubmissionId = 128;
   if (request.submission_id.size() > kMaxSubmissionId) {
     return InvalidArgument("submission_id: at most " + std::to_string(kMaxSubmissionId) +
@@ -107,6 +110,12 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
     spec.resources.gpus = *request.gpus;
   }
   if (request.priority) spec.resources.priority = *request.priority;
+  for (const std::string& url : request.webhooks) {
+    if (std::find(spec.notify.webhooks.begin(), spec.notify.webhooks.end(), url) ==
+        spec.notify.webhooks.end()) {
+      spec.notify.webhooks.push_back(url);
+    }
+  }
   ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
   ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
   // After the path policy: only files adctld may read are opened.
@@ -150,6 +159,20 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   if (after.size() > 64) {
     return InvalidArgument("after: at most 64 jobs, got " + std::to_string(after.size()));
   }
+  CheckedSubmit checked;
+  checked.yaml = yaml;
+  checked.spec = std::move(spec);
+  checked.launcher = *launcher;
+  checked.after = std::move(after);
+  return checked;
+}
+
+Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& request) {
+  auto checked = CheckSubmit(request);
+  if (!checked.ok()) return checked.status();
+  JobSpec& spec = checked->spec;
+  const std::string& yaml = checked->yaml;
+  const std::vector<std::string>& after = checked->after;
 
   if (!request.submission_id.empty()) {
     auto existing = store_->FindJobBySubmissionId(request.submission_id);
@@ -184,7 +207,7 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   job.hang_timeout_seconds = spec.resources.hang_timeout_seconds;
   job.rendezvous_timeout_seconds = spec.resources.rendezvous_timeout_seconds;
   job.checkpoint_dir = spec.checkpoint.dir;
-  job.launcher = *launcher;
+  job.launcher = checked->launcher;
   job.after = after;
   job.after_any = request.after_any;
   job.labels = request.labels;
@@ -213,6 +236,50 @@ Result<std::pair<JobRecord, bool>> JobManager::Submit(const SubmitRequest& reque
   auto stored = store_->GetJob(job.id);
   if (!stored.ok()) return stored.status();
   return std::make_pair(stored.value(), true);
+}
+
+Result<SubmitPlan> JobManager::Plan(const SubmitRequest& request) {
+  auto checked = CheckSubmit(request);
+  if (!checked.ok()) return checked.status();
+  const JobSpec& spec = checked->spec;
+  SubmitPlan plan;
+  plan.spec_yaml = checked->yaml;
+  plan.ranks = static_cast<int>(spec.resources.gpus);
+  plan.launcher = checked->launcher;
+  plan.global_batch = spec.GlobalBatch();
+  plan.trains = TrainsSummary(spec);
+  plan.webhooks = webhook_urls_;
+  for (const std::string& url : spec.notify.webhooks) {
+    if (std::find(plan.webhooks.begin(), plan.webhooks.end(), url) == plan.webhooks.end()) {
+      plan.webhooks.push_back(url);
+    }
+  }
+  JobRecord candidate;
+  candidate.id = "(this job)";
+  candidate.gpus = plan.ranks;
+  candidate.priority = static_cast<int>(spec.resources.priority);
+  candidate.launcher = checked->launcher;
+  candidate.after = checked->after;
+  candidate.after_any = request.after_any;
+  auto placed = monitor_->PlanPlacement(candidate);
+  plan.devices = placed.devices;
+  plan.wait_reason = placed.wait_reason;
+  if (spec.kind == JobKind::kTrain) {
+    auto memory = EstimateTrainingMemory(spec);
+    if (memory.ok()) plan.memory = *memory;
+    // The smallest memory among the GPUs it would get (all of this host's while it waits).
+    for (const Device& d : devices_) {
+      const int64_t total = d.reading.memory_total_bytes;
+      if (total <= 0) continue;
+      const bool counted =
+          plan.devices.empty() ||
+          std::find(plan.devices.begin(), plan.devices.end(), d.name) != plan.devices.end();
+      if (counted && (plan.device_memory_bytes == 0 || total < plan.device_memory_bytes)) {
+        plan.device_memory_bytes = total;
+      }
+    }
+  }
+  return plan;
 }
 
 Result<JobRecord> JobManager::Cancel(const std::string& job_id, std::optional<double> grace,

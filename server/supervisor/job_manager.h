@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/job_spec.h"
+#include "common/memory_estimate.h"
 #include "common/status.h"
 #include "server/store/store.h"
 #include "server/supervisor/attempt_monitor.h"
@@ -50,6 +51,21 @@ struct SubmitRequest {
   std::vector<std::string> after;  // jobs it waits for (afterok; with after_any, afterany)
   bool after_any = false;
   std::map<std::string, std::string> labels;
+  std::vector<std::string> webhooks;  // after the spec's notify.webhooks
+};
+
+// What a submit would do now (`adctl submit --dry-run`; JobManager::Plan).
+struct SubmitPlan {
+  std::string spec_yaml;  // the effective spec, as it would be stored
+  int ranks = 0;
+  std::string launcher;
+  int64_t global_batch = 0;
+  std::vector<std::string> devices;  // where it would start now (empty: it would wait)
+  std::string wait_reason;
+  std::optional<MemoryEstimate> memory;  // training jobs
+  int64_t device_memory_bytes = 0;       // the smallest GPU it could get (0: no GPUs)
+  std::string trains;
+  std::vector<std::string> webhooks;  // adctld's and the job's
 };
 
 class JobManager {
@@ -59,6 +75,8 @@ class JobManager {
 
   // Returns the job and whether it was created (false: same submission id seen before).
   Result<std::pair<JobRecord, bool>> Submit(const SubmitRequest& request);
+  // Every check Submit makes, then what the job would get now; nothing is created.
+  Result<SubmitPlan> Plan(const SubmitRequest& request);
   // `force`: SIGKILL now. Otherwise SIGTERM, then SIGKILL after the grace period (default: the
   // spec's resources.grace_seconds).
   // `by` names who asks in the job's events and may limit it to its own jobs (CheckMayActOn).
@@ -90,6 +108,16 @@ class JobManager {
   int RemoveEndedJobFolders(double older_than_seconds);
 
  private:
+  struct CheckedSubmit {
+    JobSpec spec;  // the effective spec
+    std::string yaml;
+    std::string launcher;
+    std::vector<std::string> after;  // deduplicated, each an existing job
+  };
+  // Submit's checks: the spec with the request's gpus, priority and webhooks, its paths, its
+  // LoRA against the model files, its inputs, the checkpoint folder, the launcher, the rank
+  // count, the labels and the dependencies.
+  Result<CheckedSubmit> CheckSubmit(const SubmitRequest& request);
   // A RESTARTING job whose attempt has no processes left: drops the relaunch and moves the job
   // to `to`, releasing its devices.
   Result<JobRecord> EndRestartWait(AttemptControl* attempt, JobState to,
@@ -106,6 +134,8 @@ class JobManager {
   const bool slurm_enabled_;
   const size_t device_count_;
   const std::string device_unit_;
+  const std::vector<Device> devices_;
+  const std::vector<std::string> webhook_urls_;  // adctld's --webhook
   Store* const store_;
   AttemptMonitor* const monitor_;
   JobRecorder* const recorder_;

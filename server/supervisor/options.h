@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/launcher/slurm_launcher.h"
+#include "server/notify/webhooks.h"
 #include "server/scheduler/device_inventory.h"
 #include "server/supervisor/path_policy.h"
 
@@ -33,6 +34,8 @@ struct SupervisorOptions {
   // already sets the variable.
   std::string worker_ifname;
   std::vector<std::pair<std::string, std::string>> worker_env;
+  // Who is told when jobs end or have samples (--webhook, --webhook-secret-file, ...).
+  WebhookOptions webhooks;
 };
 
 // "GPU" when any device is a GPU, else "CPU slot": the unit messages count devices in.

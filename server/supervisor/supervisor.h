@@ -44,6 +44,7 @@ class Supervisor {
   WorkerHub& workers() { return workers_; }
   ChangeFeed& changes() { return changes_; }
   JobRecorder& recorder() { return recorder_; }
+  WebhookNotifier& notifier() { return notifier_; }
   ParsedSpecs& specs() { return recorder_.specs(); }
 
  private:
@@ -52,6 +53,8 @@ class Supervisor {
   AttemptMonitor monitor_;
   JobManager jobs_;
   WorkerHub workers_;
+  // Last: stopped and destroyed first, as its thread records events through recorder_.
+  WebhookNotifier notifier_;
 };
 
 }  // namespace adctl

@@ -243,6 +243,7 @@ Status WorkerHub::ReportSamples(const std::string& job_id, int attempt, int rank
     if (s.created_at == 0) s.created_at = clock_->Now();
   }
   ADCTL_RETURN_IF_ERROR(KeepAndRetry(store_->AddSamples(samples), "sample records"));
+  recorder_->SamplesReady(*job, samples);
   return recorder_->AddEvent(job_id, attempt, "samples", "info",
                              "rank " + std::to_string(rank) + ": " + message);
 }

@@ -252,5 +252,30 @@ TEST(JobSpecTest, NanPolicyRollbackIsBoundedByTheRestarts) {
                   .ok());
 }
 
+TEST(JobSpecTest, NotifyWebhooksAreUrlsAndStayOutOfTheRanksCopy) {
+  auto spec = ParseJobSpec(
+      "model: {preset: tiny}\nnotify: {webhooks: [\"https://hooks.example.com/T0/B0/x\"]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->notify.webhooks, std::vector<std::string>{"https://hooks.example.com/T0/B0/x"});
+  auto back = ParseJobSpec(JobSpecToYaml(spec.value()));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back.value(), spec.value());
+  EXPECT_THAT(JobSpecToYaml(JobSpec()), Not(HasSubstr("notify")));
+  JobSpec rank_copy = spec.value();
+  ClearCoordinatorFields(&rank_copy);
+  EXPECT_THAT(JobSpecToYaml(rank_copy), Not(HasSubstr("hooks.example.com")));
+
+  for (const char* bad : {"ftp://example.com/x", "example.com/x", "http:///x", "http://a b"}) {
+    auto refused =
+        ParseJobSpec(std::string("model: {preset: tiny}\nnotify: {webhooks: [\"") + bad + "\"]}\n");
+    EXPECT_THAT(refused.status().message(), HasSubstr("notify.webhooks[0]: ")) << bad;
+  }
+  std::string nine = "model: {preset: tiny}\nnotify: {webhooks: [";
+  for (int i = 0; i < 9; ++i)
+    nine += std::string(i ? ", " : "") + "\"http://h/" + std::to_string(i) + "\"";
+  EXPECT_THAT(ParseJobSpec(nine + "]}\n").status().message(),
+              HasSubstr("notify.webhooks: at most 8 URLs, got 9"));
+}
+
 }  // namespace
 }  // namespace adctl

@@ -388,8 +388,9 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.train.ema.decay = 0.999;  // the EMA's when it is on, and the weights when not raw
   spec.validation.weights = spec.eval.weights = spec.exports.weights = "ema";
   spec.checkpoint.keep_best.k = 2;
-  spec.data.sources = {{"/c", 1, 0}};  // and data.sources when a mix is asked for
-  spec.train.nan_policy = "rollback";  // and the rollback's fields with that policy
+  spec.data.sources = {{"/c", 1, 0}};                // and data.sources when a mix is asked for
+  spec.train.nan_policy = "rollback";                // and the rollback's fields with that policy
+  spec.notify.webhooks = {"https://example.com/h"};  // and notify when it names a URL
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     // Nested two spaces a level: "name", "  lr", "    rank".
