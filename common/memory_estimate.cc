@@ -259,7 +259,12 @@ Result<MemoryEstimate> EstimateTrainingMemory(const JobSpec& spec) {
   double per_clip = kActivationNone;
   if (m.gradient_checkpointing == GradientCheckpointing::kResnets) per_clip = kActivationResnets;
   if (m.gradient_checkpointing == GradientCheckpointing::kFull) per_clip = kActivationFull;
-  if (m.lora.enabled()) per_clip *= kLoraActivationRatio;
+  // Full checkpointing keeps only each segment's input, the same for a LoRA; the ratio applies
+  // to what is kept without it (bench/results/memory_estimate_h100_20261206.md: b8 LoRA with
+  // full checkpointing measured 9.1 GiB).
+  if (m.lora.enabled() && m.gradient_checkpointing != GradientCheckpointing::kFull) {
+    per_clip *= kLoraActivationRatio;
+  }
   double width = 0;
   for (size_t level = 0; level < channels.size(); ++level) {
     width += static_cast<double>(channels[level]) / static_cast<double>(int64_t{1} << (2 * level));
