@@ -14,6 +14,7 @@
 #include "common/json_errors.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
+#include "common/strings.h"
 
 namespace adctl {
 namespace {
@@ -30,10 +31,6 @@ constexpr std::pair<const char*, const char*> kProjections[] = {{".to_q", "to_q_
                                                                 {".to_k", "to_k_lora"},
                                                                 {".to_v", "to_v_lora"},
                                                                 {".to_out.0", "to_out_lora"}};
-
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // IEEE half ↔ float, round to nearest even (what torch's .half() does).
 float HalfToFloat(uint16_t h) {

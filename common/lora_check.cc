@@ -10,15 +10,12 @@
 #include "common/checkpoint_export.h"
 #include "common/motion_export.h"
 #include "common/safetensors.h"
+#include "common/strings.h"
 
 namespace adctl {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // The narrowest projection of each target in one weights file: its name and min(in, out).
 struct Narrowest {
@@ -44,20 +41,6 @@ std::map<std::string, Narrowest> ProjectionWidths(const SafetensorsFile& file,
     }
   }
   return out;
-}
-
-// The weights file of the image UNet the spatial adapters go on, "" when none is named or
-// found.
-std::string SpatialWeightsFile(const ModelSpec& m) {
-  std::vector<std::string> dirs;
-  if (!m.unet_motion.empty()) dirs.push_back(m.unet_motion);
-  if (!m.unet2d.empty()) dirs.push_back(m.unet2d);
-  if (!m.pretrained.empty()) dirs.push_back((fs::path(m.pretrained) / "unet").string());
-  for (const std::string& dir : dirs) {
-    auto weights = MotionAdapterWeights(dir);  // the same diffusion_pytorch_model file names
-    if (weights.ok()) return *weights;
-  }
-  return "";
 }
 
 Status CheckScope(const ModelSpec& m, const std::string& weights, bool motion,
@@ -108,6 +91,18 @@ Status CheckInitFrom(const ModelSpec& m) {
 
 }  // namespace
 
+std::string UnetWeightsFile(const ModelSpec& m) {
+  std::vector<std::string> dirs;
+  if (!m.unet_motion.empty()) dirs.push_back(m.unet_motion);
+  if (!m.unet2d.empty()) dirs.push_back(m.unet2d);
+  if (!m.pretrained.empty()) dirs.push_back((fs::path(m.pretrained) / "unet").string());
+  for (const std::string& dir : dirs) {
+    auto weights = MotionAdapterWeights(dir);  // the same diffusion_pytorch_model file names
+    if (weights.ok()) return *weights;
+  }
+  return "";
+}
+
 Status CheckLoraFitsModel(const ModelSpec& m) {
   if (!m.lora.enabled()) return Status::Ok();
   const std::vector<std::string>& targets =
@@ -117,7 +112,7 @@ Status CheckLoraFitsModel(const ModelSpec& m) {
     if (base.ok()) ADCTL_RETURN_IF_ERROR(CheckScope(m, *base, /*motion=*/true, targets));
   }
   if (m.lora.scope != LoraScope::kMotion) {
-    const std::string spatial = SpatialWeightsFile(m);
+    const std::string spatial = UnetWeightsFile(m);
     if (!spatial.empty()) ADCTL_RETURN_IF_ERROR(CheckScope(m, spatial, /*motion=*/false, targets));
   }
   return CheckInitFrom(m);

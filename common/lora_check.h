@@ -14,4 +14,9 @@ namespace adctl {
 // input is the worker's error, named there. InvalidArgument naming the field otherwise.
 Status CheckLoraFitsModel(const ModelSpec& m);
 
+// The weights file of the image UNet a spec names (model.unet_motion, model.unet2d or
+// model.pretrained's unet/, in LoadUNet3D's order), "" when none is named or found: where the
+// spatial adapters go, and what the memory estimate counts.
+std::string UnetWeightsFile(const ModelSpec& m);
+
 }  // namespace adctl

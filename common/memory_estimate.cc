@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "common/checkpoint_export.h"
-#include "common/motion_export.h"
+#include "common/lora_check.h"
 #include "common/safetensors.h"
+#include "common/strings.h"
 
 namespace adctl {
 namespace fs = std::filesystem;
@@ -46,10 +47,6 @@ constexpr int64_t kSd15UnetParams = 859520964;
 constexpr int64_t kSd15MotionV2Params = 453209280;
 constexpr int64_t kSd15MotionV1Params = 417137600;  // v1 and v3: no mid-block module
 
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 int64_t Elements(const TensorInfo& t) {
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
@@ -58,26 +55,18 @@ int64_t Elements(const TensorInfo& t) {
 
 bool IsMotion(const std::string& name) { return name.find("motion_modules.") != std::string::npos; }
 
-// The UNet folders a spec names, in LoadUNet3D's order.
-std::vector<std::string> UnetDirs(const ModelSpec& m) {
-  std::vector<std::string> dirs;
-  if (!m.unet_motion.empty()) dirs.push_back(m.unet_motion);
-  if (!m.unet2d.empty()) dirs.push_back(m.unet2d);
-  if (!m.pretrained.empty()) dirs.push_back((fs::path(m.pretrained) / "unet").string());
-  return dirs;
-}
-
-// block_out_channels of the first UNet config.json found; SD1.5's otherwise.
+// block_out_channels of the UNet's config.json (beside its weights); SD1.5's otherwise.
 std::vector<int64_t> BlockChannels(const ModelSpec& m) {
   if (m.preset == ModelPreset::kTiny) return {32, 64};
-  for (const std::string& dir : UnetDirs(m)) {
-    std::ifstream in(fs::path(dir) / "config.json");
-    if (!in) continue;
+  const std::string weights = UnetWeightsFile(m);
+  std::ifstream in(fs::path(weights).parent_path() / "config.json");
+  if (!weights.empty() && in) {
     auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!config.is_object() || !config.contains("block_out_channels")) continue;
     std::vector<int64_t> channels;
-    for (const auto& c : config["block_out_channels"]) {
-      if (c.is_number_integer()) channels.push_back(c.get<int64_t>());
+    if (config.is_object() && config.contains("block_out_channels")) {
+      for (const auto& c : config["block_out_channels"]) {
+        if (c.is_number_integer()) channels.push_back(c.get<int64_t>());
+      }
     }
     if (!channels.empty()) return channels;
   }
@@ -135,20 +124,16 @@ Counts CountParams(const ModelSpec& m, const std::vector<int64_t>& channels) {
   const bool scope_motion = m.lora.scope != LoraScope::kSpatial;
   const bool scope_spatial = m.lora.scope != LoraScope::kMotion;
   // The image UNet (and, in a combined unet_motion folder, its motion modules).
-  std::unique_ptr<SafetensorsFile> unet_file;
-  for (const std::string& dir : UnetDirs(m)) {
-    auto weights = MotionAdapterWeights(dir);  // the same diffusion_pytorch_model file names
-    if (!weights.ok()) continue;
-    auto file = SafetensorsFile::Open(*weights);
-    if (!file.ok()) continue;
-    for (const TensorInfo& t : (*file)->tensors()) {
+  const std::string unet_weights = UnetWeightsFile(m);
+  Result<std::unique_ptr<SafetensorsFile>> unet = NotFound("no UNet weights named");
+  if (!unet_weights.empty()) unet = SafetensorsFile::Open(unet_weights);
+  if (unet.ok()) {
+    for (const TensorInfo& t : (*unet)->tensors()) {
       if (EndsWith(t.name, ".pe")) continue;  // positional-encoding buffers, not parameters
       (IsMotion(t.name) ? c.motion : c.unet) += Elements(t);
     }
-    if (m.lora.enabled() && scope_spatial) c.lora += LoraParams(**file, m.lora, false);
-    read.push_back(*weights);
-    unet_file = std::move(*file);
-    break;
+    if (m.lora.enabled() && scope_spatial) c.lora += LoraParams(**unet, m.lora, false);
+    read.push_back(unet_weights);
   }
   // A motion module file or adapter replaces the combined folder's modules.
   const std::string motion_path = LoraBaseMotionModule(m);
@@ -159,21 +144,19 @@ Counts CountParams(const ModelSpec& m, const std::vector<int64_t>& channels) {
     if (weights.ok()) file = SafetensorsFile::Open(*weights);
     if (file.ok()) {
       c.motion = 0;
-      int64_t lora = 0;
       for (const TensorInfo& t : (*file)->tensors()) {
         if (EndsWith(t.name, ".pe")) continue;  // positional-encoding buffers, not parameters
         c.motion += Elements(t);
       }
       // An AnimateDiff file names its tensors down_blocks.…motion_modules.…; a diffusers
       // MotionAdapter's are under the same motion_modules. prefix.
-      if (m.lora.enabled() && scope_motion) lora = LoraParams(**file, m.lora, true);
-      c.lora += lora;
+      if (m.lora.enabled() && scope_motion) c.lora += LoraParams(**file, m.lora, true);
       motion_read = true;
       read.push_back(*weights);
     }
-  } else if (unet_file && c.motion > 0) {
+  } else if (unet.ok() && c.motion > 0) {
     motion_read = true;
-    if (m.lora.enabled() && scope_motion) c.lora += LoraParams(*unet_file, m.lora, true);
+    if (m.lora.enabled() && scope_motion) c.lora += LoraParams(**unet, m.lora, true);
   }
   const bool mid = m.preset == ModelPreset::kNone || m.preset_layout == PresetLayout::kV2;
   if (m.preset == ModelPreset::kSd15) {

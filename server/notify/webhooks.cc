@@ -69,6 +69,14 @@ Result<WebhookOptions> LoadWebhookOptions(const std::vector<std::string>& urls,
   return options;
 }
 
+std::vector<std::string> MergeWebhookUrls(std::vector<std::string> urls,
+                                          const std::vector<std::string>& more) {
+  for (const std::string& url : more) {
+    if (std::find(urls.begin(), urls.end(), url) == urls.end()) urls.push_back(url);
+  }
+  return urls;
+}
+
 std::string WebhookSignature(const std::string& secret, const std::string& body) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
@@ -117,10 +125,7 @@ void WebhookNotifier::Stop() {
 
 void WebhookNotifier::Post(const std::string& job_id, const std::vector<std::string>& job_urls,
                            const nlohmann::json& payload) {
-  std::vector<std::string> urls = options_.urls;
-  for (const std::string& url : job_urls) {
-    if (std::find(urls.begin(), urls.end(), url) == urls.end()) urls.push_back(url);
-  }
+  const std::vector<std::string> urls = MergeWebhookUrls(options_.urls, job_urls);
   if (urls.empty()) return;
   const std::string body = payload.dump();
   const std::string event = payload.value("event", "");

@@ -42,6 +42,11 @@ Result<WebhookOptions> LoadWebhookOptions(const std::vector<std::string>& urls,
                                           const std::string& secret_file, int max_attempts,
                                           double backoff_seconds);
 
+// `urls` then those of `more` it lacks, in order: each URL once (adctld's and a job's, a spec's
+// and a request's).
+std::vector<std::string> MergeWebhookUrls(std::vector<std::string> urls,
+                                          const std::vector<std::string>& more);
+
 // "sha256=" + hex HMAC-SHA256 of `body` under `secret` (OpenSSL): the X-Adctl-Signature value.
 std::string WebhookSignature(const std::string& secret, const std::string& body);
 

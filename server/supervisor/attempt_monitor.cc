@@ -525,29 +525,35 @@ bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
 // ---------------------------------------------------------------------------------------------
 // The tick.
 
+void AttemptMonitor::ReadDependenciesLocked(const JobRecord& job,
+                                            const std::map<std::string, JobState>& active,
+                                            std::string* pending, std::string* failed) {
+  for (const std::string& id : job.after) {
+    if (auto live = active.find(id); live != active.end()) {  // not ended: no read needed
+      *pending += (pending->empty() ? "" : ", ") + id + " (" + JobStateName(live->second) + ")";
+      continue;
+    }
+    auto dep = store_->GetJob(id);
+    if (!dep.ok()) {
+      if (failed->empty() && !job.after_any) {
+        *failed = id + " is gone (" + dep.status().message() + ")";
+      }
+      continue;
+    }
+    if (!IsTerminal(dep->state)) {
+      *pending += (pending->empty() ? "" : ", ") + id + " (" + JobStateName(dep->state) + ")";
+    } else if (!job.after_any && dep->state != JobState::kSucceeded && failed->empty()) {
+      *failed = id + " ended " + JobStateName(dep->state);
+    }
+  }
+}
+
 bool AttemptMonitor::DependenciesAllowStartLocked(const JobRecord& job,
                                                   const std::map<std::string, JobState>& active,
                                                   std::string* waiting) {
   // Slurm's afterok: one dependency that ended otherwise fails the job at once, without a rank.
   std::string pending, failed;
-  for (const std::string& id : job.after) {
-    if (auto live = active.find(id); live != active.end()) {  // not ended: no read needed
-      pending += (pending.empty() ? "" : ", ") + id + " (" + JobStateName(live->second) + ")";
-      continue;
-    }
-    auto dep = store_->GetJob(id);
-    if (!dep.ok()) {
-      if (failed.empty() && !job.after_any) {
-        failed = id + " is gone (" + dep.status().message() + ")";
-      }
-      continue;
-    }
-    if (!IsTerminal(dep->state)) {
-      pending += (pending.empty() ? "" : ", ") + id + " (" + JobStateName(dep->state) + ")";
-    } else if (!job.after_any && dep->state != JobState::kSucceeded && failed.empty()) {
-      failed = id + " ended " + JobStateName(dep->state);
-    }
-  }
+  ReadDependenciesLocked(job, active, &pending, &failed);
   if (!failed.empty()) {
     auto r = recorder_->Transition(job.id, JobState::kFailed,
                                    "dependency " + failed +
@@ -588,16 +594,7 @@ AttemptMonitor::PlannedPlacement AttemptMonitor::PlanPlacement(const JobRecord& 
   // The dependencies as the scheduler would see them, read only (DependenciesAllowStartLocked
   // ends a job whose dependency failed).
   std::string pending, failed;
-  for (const std::string& id : job.after) {
-    if (auto live = active.find(id); live != active.end()) {
-      pending += (pending.empty() ? "" : ", ") + id + " (" + JobStateName(live->second) + ")";
-      continue;
-    }
-    auto dep = store_->GetJob(id);
-    if (dep.ok() && !job.after_any && dep->state != JobState::kSucceeded && failed.empty()) {
-      failed = id + " ended " + JobStateName(dep->state);
-    }
-  }
+  ReadDependenciesLocked(job, active, &pending, &failed);
   if (!failed.empty()) {
     plan.wait_reason = "it would fail at once: dependency " + failed;
     return plan;

@@ -165,6 +165,11 @@ class AttemptMonitor {
   // The devices by name and which job holds each busy one (this host's launcher only).
   void DeviceSnapshotLocked(std::vector<std::string>* names,
                             std::map<std::string, std::string>* busy) const;
+  // The `--after` jobs of `job` that have not ended ("j-1 (RUNNING), …") and the first that
+  // ended other than the job waits for ("j-2 ended CANCELLED", "j-3 is gone (…)"; with
+  // after_any none). Reads only.
+  void ReadDependenciesLocked(const JobRecord& job, const std::map<std::string, JobState>& active,
+                              std::string* pending, std::string* failed);
   bool DependenciesAllowStartLocked(const JobRecord& job,
                                     const std::map<std::string, JobState>& active,
                                     std::string* waiting);

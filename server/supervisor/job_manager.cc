@@ -18,6 +18,7 @@
 #include "common/memory_estimate.h"
 #include "common/submit_check.h"
 #include "server/launcher/process.h"
+#include "server/notify/webhooks.h"
 #include "server/supervisor/secrets.h"
 
 namespace adctl {
@@ -110,12 +111,7 @@ Result<JobManager::CheckedSubmit> JobManager::CheckSubmit(const SubmitRequest& r
     spec.resources.gpus = *request.gpus;
   }
   if (request.priority) spec.resources.priority = *request.priority;
-  for (const std::string& url : request.webhooks) {
-    if (std::find(spec.notify.webhooks.begin(), spec.notify.webhooks.end(), url) ==
-        spec.notify.webhooks.end()) {
-      spec.notify.webhooks.push_back(url);
-    }
-  }
+  spec.notify.webhooks = MergeWebhookUrls(std::move(spec.notify.webhooks), request.webhooks);
   ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));
   ADCTL_RETURN_IF_ERROR(CheckSpecPaths(spec, data_dir_, paths_));
   // After the path policy: only files adctld may read are opened.
@@ -248,12 +244,7 @@ Result<SubmitPlan> JobManager::Plan(const SubmitRequest& request) {
   plan.launcher = checked->launcher;
   plan.global_batch = spec.GlobalBatch();
   plan.trains = TrainsSummary(spec);
-  plan.webhooks = webhook_urls_;
-  for (const std::string& url : spec.notify.webhooks) {
-    if (std::find(plan.webhooks.begin(), plan.webhooks.end(), url) == plan.webhooks.end()) {
-      plan.webhooks.push_back(url);
-    }
-  }
+  plan.webhooks = MergeWebhookUrls(webhook_urls_, spec.notify.webhooks);
   JobRecord candidate;
   candidate.id = "(this job)";
   candidate.gpus = plan.ranks;
