@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/job_spec.h"
 #include "common/sha256.h"
 
 namespace adctl {
@@ -280,6 +281,29 @@ TEST_F(CheckpointDirTest, RetentionSparesEveryNthValidationAndPinnedSteps) {
   // A checkpoint removed by hand is simply not there.
   fs::remove_all(root_ / "step-00000070");
   EXPECT_TRUE(ApplyRetention(root_.string(), policy).ok());
+}
+
+// Issue 30 item 2's example at full length, through the policy rank 0's saver builds from the
+// spec (keep_at_validation: the validation steps): 2,000 steps, a checkpoint every 10 with
+// retention after each commit, keep_last 2, keep_every 500, a sample at step 50. (The same job
+// trained end to end at 1/100 of its steps: CheckpointKeepTest.)
+TEST_F(CheckpointDirTest, TheIssuesTwoThousandStepExampleEndsWithExactlyItsSteps) {
+  auto spec = ParseJobSpec(
+      "model: {pretrained: /models/sd15}\ntrain: {max_steps: 2000}\n"
+      "checkpoint: {every_steps: 10, keep_last: 2, keep_every: 500, keep_at_validation: true}\n"
+      "validation: {prompts: [a], every_steps: 0, at_steps: [50]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  RetentionPolicy policy;
+  policy.keep_last = spec->checkpoint.keep_last;
+  policy.keep_every = spec->checkpoint.keep_every;
+  policy.keep_step = [v = spec->validation](int64_t step) { return ValidationDue(v, step); };
+  for (int64_t step = 10; step <= 2000; step += 10) {
+    CommitStep(step);
+    ASSERT_TRUE(ApplyRetention(root_.string(), policy).ok()) << step;
+  }
+  std::vector<int64_t> steps;
+  for (const auto& c : ListCheckpoints(root_.string()).value()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{50, 500, 1000, 1500, 1990, 2000}));
 }
 
 TEST_F(CheckpointDirTest, RetentionKeepsTheBestByTheManifestsMetric) {

@@ -125,5 +125,43 @@ TEST_F(CheckpointKeepTest, PinsMadeWhileRunningAreHonouredAndHandDeletionsAreHar
   EXPECT_TRUE(pinned.empty());
 }
 
+// Issue 30 item 1: the eval loss of held-out clips, where a user looks for it — `adctl
+// describe`, the job's JSON (gRPC and the HTTP API), its metric points (overall and per
+// timestep) and Prometheus (adctl_eval_loss{job_id, timestep}).
+TEST_F(CheckpointKeepTest, EvalLossShowsInDescribeTheApiAndPrometheus) {
+  Coordinator& c = *coordinator_;
+  const std::string id = c.Submit(
+      c.WriteSpec("eval",
+                  "name: eval\nmodel: {preset: tiny}\n"
+                  "data: {kind: synthetic, num_samples: 6, frames: 4, height: 8, width: 8}\n"
+                  "train: {max_steps: 4, batch_size: 1}\n"
+                  "eval: {holdout_clips: 2, timesteps: [100, 700], every_steps: 2}\n"
+                  "checkpoint: {every_steps: 2, keep_last: 1}\n"));
+  ASSERT_EQ(c.Adctl({"wait", id, "--timeout", "300"}).exit_code, 0) << c.Adctl({"logs", id}).out;
+  auto job = c.Describe(id);
+  const double eval_loss = job["progress"].value("eval_loss", 0.0);
+  EXPECT_GT(eval_loss, 0) << job.dump(2);
+  EXPECT_EQ(job["progress"].value("eval_step", std::string("0")), "4");
+  const std::string text = c.Adctl({"describe", id}).out;
+  EXPECT_NE(text.find("Eval loss:"), std::string::npos) << text;
+  auto api = c.Http("GET", "/api/v1/jobs/" + id);
+  EXPECT_EQ(api.json["progress"].value("eval_loss", 0.0), eval_loss);
+  // The metric points: the overall number and one per timestep, at steps 2 and 4.
+  auto points = nlohmann::json::parse(c.HttpGet("/api/v1/jobs/" + id + "/metrics"))["points"];
+  std::set<std::string> evaluated;
+  for (const auto& p : points) {
+    if (p.value("eval_loss", -1.0) < 0) continue;
+    evaluated.insert(p["step"].get<std::string>());
+    EXPECT_EQ(p["eval_by_timestep"].size(), 2u) << p.dump();
+  }
+  EXPECT_EQ(evaluated, (std::set<std::string>{"2", "4"}));
+  const std::string metrics = c.HttpGet("/metrics");
+  for (const std::string t : {"all", "100", "700"}) {
+    EXPECT_NE(metrics.find("adctl_eval_loss{job_id=\"" + id + "\",timestep=\"" + t + "\"}"),
+              std::string::npos)
+        << t;
+  }
+}
+
 }  // namespace
 }  // namespace adctl::testing

@@ -235,8 +235,38 @@ async function main() {
   expect(facts.restarts >= 1, "the GIFs were restarted together once loaded", facts);
   log(`compare view: ${facts.lossSeries} loss curves, diff ${JSON.stringify(facts.diffRows)}, grid ${facts.rows.length}×${facts.columns.length}`);
 
-  // From a job's page: the link opens the compare view with that job (then add the other).
+  // The job's own page (issue 35 item 4): its samples newest first, each playing, and a click
+  // enlarges one (and a second click shrinks it back).
   await page.goto(`${base}/#/jobs/${a}`);
+  await page.waitForFunction(
+    () => {
+      const imgs = [...document.querySelectorAll("#samples figure img")];
+      return imgs.length === 4 && imgs.every((i) => i.complete && i.naturalWidth > 0);
+    },
+    null,
+    { timeout: 30_000 },
+  );
+  // Per step its grid and its prompt's clip: 4, 4, 2, 2.
+  const captions = await page.$$eval("#samples figure figcaption", (cs) => cs.map((c) => c.textContent));
+  expect(
+    captions.length === 4 &&
+      captions.slice(0, 2).every((c) => c.startsWith("step 4: ")) &&
+      captions.slice(2).every((c) => c.startsWith("step 2: ")),
+    "the job page lists its samples newest first",
+    { captions },
+  );
+  const first = page.locator("#samples figure").first();
+  const width = async () => (await first.locator("img").boundingBox()).width;
+  const small = await width();
+  await first.locator("img").click();
+  const enlarged = await first.evaluate((f) => f.classList.contains("enlarged"));
+  const big = await width();
+  expect(enlarged && big > small, "a click enlarges a sample", { small, big });
+  await first.locator("img").click();
+  expect(!(await first.evaluate((f) => f.classList.contains("enlarged"))), "a second click shrinks it", {});
+  log(`job page: samples ${JSON.stringify(captions)}, enlarged ${small}px -> ${big}px`);
+
+  // From a job's page: the link opens the compare view with that job (then add the other).
   await page.locator("#compare-link").click();
   await page.waitForFunction(
     (id) => {
