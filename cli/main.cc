@@ -498,6 +498,9 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
             << "State:      " << StateName(job.state()) << "\n";
   if (!job.trains().empty()) std::cout << "Trains:     " << job.trains() << "\n";
   if (!job.message().empty()) std::cout << "Message:    " << job.message() << "\n";
+  if (!job.preempted_by().empty()) {
+    std::cout << "Preempted:  by " << job.preempted_by() << " (resumes from its checkpoint)\n";
+  }
   if (job.state() == v1::JOB_STATE_QUEUED) {
     std::cout << "Waiting:    "
               << (job.wait_reason().empty() ? "next scheduling pass" : job.wait_reason()) << "\n";
@@ -536,7 +539,8 @@ int Describe(Client& c, const Globals& g, const std::string& job_id) {
                       : std::string())
               << "\n";
   }
-  std::cout << "Ranks:      " << job.gpus() << "  priority " << job.priority() << "\n"
+  std::cout << "Ranks:      " << job.gpus() << "  priority " << job.priority()
+            << (job.preemptible() ? "  preemptible" : "") << "\n"
             << "Attempt:    " << job.attempt() << "  restarts " << job.restarts() << "/"
             << job.max_restarts() << "\n"
             << "Submitted:  " << FormatDuration(now - job.submitted_at()) << " ago"
@@ -640,6 +644,13 @@ int Resume(Client& c, const Globals& g, const std::string& job_id, std::optional
   req.set_job_id(job_id);
   if (gpus) req.set_gpus(*gpus);
   return CallAndPrintJob(c, g, &Stub::ResumeJob, req);
+}
+
+int SetPriority(Client& c, const Globals& g, const std::string& job_id, int priority) {
+  v1::SetJobPriorityRequest req;
+  req.set_job_id(job_id);
+  req.set_priority(priority);
+  return CallAndPrintJob(c, g, &Stub::SetJobPriority, req);
 }
 
 int Checkpoints(Client& c, const Globals& g, const std::string& job_id) {
@@ -1004,6 +1015,21 @@ int main(int argc, char** argv) {
     if (!job_id.empty()) return Resume(c, g, job_id, resume_gpus);
     return Bulk(c, "resume", bulk, {JOB_STATE_PAUSED},
                 [&](const std::string& id) { return Resume(c, g, id, resume_gpus); });
+  }));
+
+  std::optional<int> new_priority;
+  auto* set = add_bulk_command(
+      "set",
+      "change a job's priority: a queued job takes its new place, a running one may "
+      "preempt or be preempted");
+  set->add_option("--priority", new_priority, "higher runs first")->required();
+  set->callback(run([&](Client& c) {
+    if (!OneTarget("set", job_id, bulk)) return kExitUsage;
+    if (!job_id.empty()) return SetPriority(c, g, job_id, *new_priority);
+    return Bulk(c, "set the priority of", bulk,
+                {JOB_STATE_QUEUED, JOB_STATE_STARTING, JOB_STATE_RUNNING, JOB_STATE_RESTARTING,
+                 JOB_STATE_PAUSING, JOB_STATE_PAUSED},
+                [&](const std::string& id) { return SetPriority(c, g, id, *new_priority); });
   }));
 
   auto* wait = add_job_command(

@@ -209,6 +209,8 @@ void ForEachField(Spec& s, F&& f) {
   f("resources.slurm_qos", s.resources.slurm_qos);
   f("resources.slurm_time_limit", s.resources.slurm_time_limit);
   f("resources.slurm_extra_args", s.resources.slurm_extra_args);
+  f("resources.preemptible", s.resources.preemptible);
+  f("resources.allow_shrink", s.resources.allow_shrink);
   f("notify.webhooks", s.notify.webhooks);
 }
 
@@ -227,6 +229,8 @@ bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   }
   if (path == "export.weights") return spec.exports.weights == "raw";
   if (path == "notify.webhooks") return spec.notify.webhooks.empty();
+  if (path == "resources.preemptible") return !spec.resources.preemptible;
+  if (path == "resources.allow_shrink") return !spec.resources.allow_shrink;
   static const std::set<std::string> kLauncherFields = {
       "resources.launcher",         "resources.nodes",           "resources.gpus_per_node",
       "resources.slurm_account",    "resources.slurm_partition", "resources.slurm_qos",
@@ -1242,6 +1246,16 @@ Status ValidateJobSpec(const JobSpec& s) {
                            " ranks do not split evenly over resources.nodes " +
                            std::to_string(r.nodes));
   }
+  if (r.allow_shrink && !r.preemptible) {
+    return InvalidArgument(
+        "resources.allow_shrink: needs resources.preemptible: true (a job shrinks only when it "
+        "resumes after being preempted)");
+  }
+  if (r.preemptible && r.launcher == "slurm") {
+    return InvalidArgument(
+        "resources.preemptible: applies to jobs on adctld's own devices (resources.launcher "
+        "local); a Slurm job is preempted by its partition's rules");
+  }
   constexpr size_t kMaxWebhooks = 8;
   if (s.notify.webhooks.size() > kMaxWebhooks) {
     return InvalidArgument("notify.webhooks: at most " + std::to_string(kMaxWebhooks) +
@@ -1292,7 +1306,28 @@ void ClearLauncherFields(ResourceSpec* resources) {
 
 void ClearCoordinatorFields(JobSpec* spec) {
   ClearLauncherFields(&spec->resources);
+  spec->resources.preemptible = false;
+  spec->resources.allow_shrink = false;
   spec->notify.webhooks.clear();
+}
+
+Result<JobSpec> WithRankCount(const JobSpec& spec, int64_t ranks, const std::string& field) {
+  const int64_t global_batch = spec.GlobalBatch();
+  const int64_t per_step = spec.train.batch_size * ranks;
+  if (ranks < 1 || global_batch % per_step != 0) {
+    return InvalidArgument(
+        field + ": cannot keep the global batch of " + std::to_string(global_batch) +
+        " clips (train.batch_size " + std::to_string(spec.train.batch_size) +
+        " x train.grad_accum " + std::to_string(spec.train.grad_accum) + " x " +
+        std::to_string(spec.resources.gpus) + " ranks) on " + std::to_string(ranks) +
+        " ranks: " + std::to_string(global_batch) +
+        " is not a multiple of batch_size x ranks = " + std::to_string(per_step));
+  }
+  JobSpec out = spec;
+  out.train.grad_accum = global_batch / per_step;
+  out.resources.gpus = ranks;
+  ADCTL_RETURN_IF_ERROR(ValidateJobSpec(out));
+  return out;
 }
 
 std::string JobSpecToYaml(const JobSpec& spec) {

@@ -326,6 +326,12 @@ struct ResourceSpec {
   std::string slurm_qos;
   std::string slurm_time_limit;
   std::vector<std::string> slurm_extra_args;  // more sbatch flags, after adctld's own
+  // Preemption (docs/queue.md): a higher-priority job that cannot otherwise fit may pause this
+  // one (a checkpoint within grace_seconds); it goes back to the queue by itself and resumes
+  // from that checkpoint. With allow_shrink it may resume on fewer ranks than `gpus` when the
+  // global batch still divides (train.grad_accum recomputed). Local launcher only.
+  bool preemptible = false;
+  bool allow_shrink = false;
 };
 
 // Who is told when the job ends or its validation samples are ready (docs/notifications.md):
@@ -393,6 +399,11 @@ Status ValidateJobSpec(const JobSpec& spec);
 // What a rank's copy of a spec leaves out: the launcher fields (ClearLauncherFields) and
 // `notify` (the coordinator's business; a webhook URL may carry a token).
 void ClearCoordinatorFields(JobSpec* spec);
+
+// `spec` on `ranks` ranks with its global batch kept: train.grad_accum recomputed and
+// resources.gpus set (resume --gpus, a preempted job shrinking). InvalidArgument naming `field`
+// when batch_size × ranks does not divide the global batch.
+Result<JobSpec> WithRankCount(const JobSpec& spec, int64_t ranks, const std::string& field);
 
 // InvalidArgument naming `field` unless `url` is an http:// or https:// URL with a host, no
 // spaces or control characters, at most 2048 bytes (notify.webhooks, adctld --webhook).

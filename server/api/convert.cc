@@ -64,6 +64,8 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   out->set_after_any(job.after_any);
   for (const auto& [key, value] : job.labels) (*out->mutable_labels())[key] = value;
   if (spec.ok()) out->set_trains(TrainsSummary(*spec));
+  if (spec.ok()) out->set_preemptible(spec->resources.preemptible);
+  out->set_preempted_by(job.preempted_by);
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }
 

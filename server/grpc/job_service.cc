@@ -180,6 +180,14 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
   return JobReply(jobs_->Resume(req->job_id(), gpus, who), resp);
 }
 
+grpc::Status JobServiceImpl::SetJobPriority(grpc::ServerContext* ctx,
+                                            const v1::SetJobPriorityRequest* req, v1::Job* resp) {
+  Requester who;
+  ADCTL_AUTHORIZE_AS(ctx, Role::kSubmitter, who);
+  ADCTL_GRPC_RETURN_IF_ERROR(RequireJobId(req->job_id()));
+  return JobReply(jobs_->SetPriority(req->job_id(), req->priority(), who), resp);
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::JobUpdate>* writer) {
   ADCTL_AUTHORIZE(ctx, Role::kViewer);

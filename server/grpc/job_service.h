@@ -33,6 +33,8 @@ class JobServiceImpl final : public v1::JobService::Service {
                         v1::Job* resp) override;
   grpc::Status ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                          v1::Job* resp) override;
+  grpc::Status SetJobPriority(grpc::ServerContext* ctx, const v1::SetJobPriorityRequest* req,
+                              v1::Job* resp) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobUpdate>* writer) override;
   grpc::Status StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,

@@ -593,6 +593,21 @@ void HttpServer::AddCommandRoutes(httplib::Server& s) {
           }
           reply(res, jobs_->Resume(req.matches[1], gpus, Caller(req, options_.access)));
         });
+  Route(s, "POST", R"(/api/v1/jobs/([^/]+)/priority)",
+        [this, reply](const httplib::Request& req, httplib::Response& res) {
+          guard_.RequestArrived(req);
+          auto body = JsonBody(req);
+          if (!body.ok()) return SendError(res, body.status());
+          if (!body->contains("priority") || !(*body)["priority"].is_number_integer()) {
+            return SendError(res, InvalidArgument("priority: expected an integer"));
+          }
+          const int64_t priority = (*body)["priority"].get<int64_t>();
+          if (priority < INT32_MIN || priority > INT32_MAX) {
+            return SendError(res, InvalidArgument("priority: out of range"));
+          }
+          reply(res, jobs_->SetPriority(req.matches[1], static_cast<int>(priority),
+                                        Caller(req, options_.access)));
+        });
   Route(s, "POST", R"(/api/v1/jobs/([^/]+)/checkpoints/(\d{1,18})/(pin|unpin))",
         [this](const httplib::Request& req, httplib::Response& res) {
           guard_.RequestArrived(req);

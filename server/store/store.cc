@@ -234,6 +234,11 @@ ALTER TABLE jobs ADD COLUMN after_jobs TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN after_any INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
 )sql",
+    // 16: the job that preempted it (resources.preemptible), until it starts again: a preempted
+    // job pausing when adctld restarts still goes back to the queue by itself.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN preempted_by TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 std::string JoinDevices(const std::vector<std::string>& devices) {
@@ -352,10 +357,8 @@ const char kJobColumns[] =
     "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
     "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
     "rendezvous_timeout_seconds, launcher, submitted_by, learning_rate, eval_loss, eval_step, "
-    "validation_seconds, after_jobs, after_any, labels, COALESCE((SELECT cluster_job FROM attempts "
-    "WHERE "
-    "attempts.job_id = "
-    "jobs.id AND "
+    "validation_seconds, after_jobs, after_any, labels, preempted_by, "
+    "COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
     "attempts.attempt = jobs.attempt), '')";
 
 // MetricValues::eval_by_timestep in its TEXT column: [[timestep, loss], ...]; "" for none.
@@ -436,7 +439,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.after = SplitDevices(s.Text(36));
   j.after_any = s.Int(37) != 0;
   j.labels = LabelsFromJson(s.Text(38));
-  j.cluster_job = s.Text(39);
+  j.preempted_by = s.Text(39);
+  j.cluster_job = s.Text(40);
   return j;
 }
 
@@ -674,15 +678,16 @@ Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobStat
   if (c.gpus) j.gpus = *c.gpus;
   if (c.spec_yaml) j.spec_yaml = *c.spec_yaml;
   if (c.started_at) j.started_at = *c.started_at;
+  if (c.preempted_by) j.preempted_by = *c.preempted_by;
   if (IsTerminal(to)) j.finished_at = now;
 
   Stmt u(db_,
          "UPDATE jobs SET state=?, message=?, attempt=?, devices=?, restarts=?, gpus=?, "
-         "spec_yaml=?, started_at=?, finished_at=? WHERE id=?");
+         "spec_yaml=?, started_at=?, finished_at=?, preempted_by=? WHERE id=?");
   ADCTL_RETURN_IF_ERROR(u.prepare_status());
   u.Bind(static_cast<int>(to)).Bind(j.message).Bind(j.attempt).Bind(JoinDevices(j.devices));
   u.Bind(j.restarts).Bind(j.gpus).Bind(j.spec_yaml).Bind(j.started_at).Bind(j.finished_at);
-  u.Bind(id);
+  u.Bind(j.preempted_by).Bind(id);
   ADCTL_RETURN_IF_ERROR(u.Run());
 
   if (!c.end_attempt_reason.empty() && job->attempt > 0) {
@@ -715,6 +720,37 @@ Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobStat
   auto eid = AddEventLocked(e);
   if (!eid.ok()) return eid.status();
   ADCTL_RETURN_IF_ERROR(txn.Commit());
+  return j;
+}
+
+Result<JobRecord> Store::SetPriority(const std::string& id, int priority,
+                                     const std::string& spec_yaml, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Txn txn(db_);
+  ADCTL_RETURN_IF_ERROR(txn.begin_status());
+  auto job = GetJobLocked(id);
+  if (!job.ok()) return job.status();
+  if (IsTerminal(job->state)) {
+    return FailedPrecondition("job " + id + " is " + JobStateName(job->state) +
+                              "; an ended job has no priority to change");
+  }
+  Stmt u(db_, "UPDATE jobs SET priority=?, spec_yaml=? WHERE id=?");
+  ADCTL_RETURN_IF_ERROR(u.prepare_status());
+  u.Bind(priority).Bind(spec_yaml).Bind(id);
+  ADCTL_RETURN_IF_ERROR(u.Run());
+  EventRecord e;
+  e.job_id = id;
+  e.attempt = job->attempt;
+  e.time = clock_->Now();
+  e.kind = "priority";
+  e.level = "info";
+  e.message = message;
+  auto eid = AddEventLocked(e);
+  if (!eid.ok()) return eid.status();
+  ADCTL_RETURN_IF_ERROR(txn.Commit());
+  JobRecord j = job.value();
+  j.priority = priority;
+  j.spec_yaml = spec_yaml;
   return j;
 }
 

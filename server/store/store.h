@@ -74,6 +74,9 @@ struct JobRecord {
   std::vector<std::string> after;
   bool after_any = false;
   std::map<std::string, std::string> labels;  // adctl submit --label k=v
+  // The job that preempted it (resources.preemptible): set as it is paused for that job, kept
+  // while it waits in the queue again, cleared when it starts. "" otherwise.
+  std::string preempted_by;
 };
 
 // Job labels: at most 32, keys of 1–63 characters from [A-Za-z0-9_./-], values up to 256 bytes
@@ -168,6 +171,7 @@ struct TransitionChanges {
   std::optional<int> gpus;
   std::optional<std::string> spec_yaml;
   std::optional<double> started_at;
+  std::optional<std::string> preempted_by;
   std::string end_attempt_reason;  // non-empty: closes the current attempt row
 };
 
@@ -207,6 +211,10 @@ class Store {
                                JobState to, const std::string& message,
                                const TransitionChanges& changes = {});
   Result<std::vector<std::pair<JobState, int64_t>>> CountJobsByState();
+  // `adctl set JOB --priority P`: the job's priority and its spec's YAML (resources.priority)
+  // with a "priority" event saying `message`. FailedPrecondition for a job that ended.
+  Result<JobRecord> SetPriority(const std::string& id, int priority, const std::string& spec_yaml,
+                                const std::string& message);
 
   // Attempts and ranks.
   Result<AttemptRecord> GetAttempt(const std::string& job_id, int attempt);

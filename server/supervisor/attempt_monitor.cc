@@ -169,8 +169,23 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   Status paths = CheckSpecPaths(*parsed.value(), options_.data_dir, options_.paths);
   if (paths.ok()) paths = CheckCheckpointDirFree(store_, job.checkpoint_dir, job.id);
   if (!paths.ok()) return fail("launch refused: " + paths.message());
-  const ResourceSpec& resources = parsed.value()->resources;
-  JobSpec rank_spec = *parsed.value();
+  TransitionChanges c;
+  std::string shrunk;  // how the launch differs from the spec's rank count
+  std::shared_ptr<const JobSpec> spec = parsed.value();
+  if (static_cast<int>(devices.size()) != job.gpus && job.launcher == "local") {
+    // A preempted job resuming on fewer ranks (resources.allow_shrink): the global batch is kept.
+    auto resized = WithRankCount(*spec, static_cast<int64_t>(devices.size()), "resources.gpus");
+    if (!resized.ok()) return fail("launch refused: " + resized.status().message());
+    c.gpus = static_cast<int>(devices.size());
+    c.spec_yaml = JobSpecToYaml(*resized);
+    shrunk = " (shrunk from " + std::to_string(job.gpus) + " after preemption by " +
+             job.preempted_by + ": train.grad_accum " + std::to_string(resized->train.grad_accum) +
+             ", global batch " + std::to_string(resized->GlobalBatch()) + " kept)";
+    spec = recorder_->specs().Remember(job.id, *c.spec_yaml, std::move(resized.value()));
+  }
+  if (!job.preempted_by.empty()) c.preempted_by = std::string();
+  const ResourceSpec& resources = spec->resources;
+  JobSpec rank_spec = *spec;
   ClearCoordinatorFields(&rank_spec);
   // The ranks get the checkpoint folder as just checked, its symlinks resolved: their saver
   // refuses to write once it resolves elsewhere (a swap after this launch).
@@ -184,7 +199,6 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   // A fresh token per attempt: it stops working when the attempt ends, and adctld keeps only
   // its hash (a restarted adctld re-attaches the ranks by it).
   const std::string token = RandomHex(16);
-  TransitionChanges c;
   c.attempt = attempt;
   c.attempt_token_sha256 = Sha256Hex(token);
   c.devices = devices;
@@ -196,7 +210,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
                                                 std::to_string(job.max_restarts) + ": "
                                           : std::string()) +
                               "attempt " + std::to_string(attempt) + ": " +
-                              std::to_string(devices.size()) + " rank(s) on " + joined;
+                              std::to_string(devices.size()) + " rank(s) on " + joined + shrunk;
   auto started = recorder_->Transition(job.id, JobState::kStarting, message, c);
   if (!started.ok()) return started.status();
   if (is_restart && recorder_->observer()) recorder_->observer()->OnRestart(job.id);
@@ -473,10 +487,18 @@ bool AttemptMonitor::FinishAttemptLocked(Attempt* a, double now) {
       recorder_->Transition(a->job_id, JobState::kCancelled, "cancelled by user", end);
       return false;
     case JobState::kPausing: {
-      std::string msg = "paused; resumes from checkpoint step " +
-                        std::to_string(job->progress.last_checkpoint_step);
+      const std::string step = std::to_string(job->progress.last_checkpoint_step);
+      std::string msg = "paused; resumes from checkpoint step " + step;
+      if (!job->preempted_by.empty()) msg += " (preempted by " + job->preempted_by + ")";
       if (!a->failure.empty()) msg += " (" + a->failure + ")";
-      recorder_->Transition(a->job_id, JobState::kPaused, msg, end);
+      auto paused = recorder_->Transition(a->job_id, JobState::kPaused, msg, end);
+      if (paused.ok() && !job->preempted_by.empty()) {
+        // A preempted job goes back to the queue by itself, behind the job that took its place.
+        recorder_->Transition(a->job_id, JobState::kQueued,
+                              "back in the queue after preemption by " + job->preempted_by +
+                                  "; resumes from checkpoint step " + step,
+                              {}, JobState::kPaused);
+      }
       return false;
     }
     case JobState::kStarting:
@@ -617,12 +639,56 @@ AttemptMonitor::PlannedPlacement AttemptMonitor::PlanPlacement(const JobRecord& 
     if (!waits) queued.push_back({j.id, j.gpus, j.priority, j.seq});
   }
   queued.push_back({job.id, job.gpus, job.priority, last_seq + 1});
-  ScheduleDecision d = Schedule(names, busy, queued, device_unit_);
+  ScheduleDecision d = Schedule(names, busy, queued, device_unit_, RunningJobsLocked(jobs.value()));
   for (const Placement& p : d.placements) {
     if (p.job_id == job.id) plan.devices = p.devices;
   }
   if (plan.devices.empty()) plan.wait_reason = d.wait_reasons[job.id];
   return plan;
+}
+
+std::vector<RunningJob> AttemptMonitor::RunningJobsLocked(const std::vector<JobRecord>& jobs) {
+  std::vector<RunningJob> out;
+  for (const JobRecord& j : jobs) {
+    auto a = active_.find(j.id);
+    if (a == active_.end() || a->second.launcher != launcher_ || a->second.devices.empty()) {
+      continue;
+    }
+    RunningJob r{j.id, j.priority, j.seq, false, a->second.teardown, a->second.devices};
+    const bool live = j.state == JobState::kStarting || j.state == JobState::kRunning;
+    if (live && !r.stopping) {
+      auto spec = recorder_->specs().Get(j);
+      r.preemptible = spec.ok() && spec.value()->resources.preemptible;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<int> AttemptMonitor::ShrinkOptionsLocked(const JobRecord& job) {
+  std::vector<int> out;
+  if (job.preempted_by.empty() || job.gpus <= 1) return out;
+  auto spec = recorder_->specs().Get(job);
+  if (!spec.ok() || !spec.value()->resources.allow_shrink) return out;
+  for (int k = job.gpus - 1; k >= 1; --k) {
+    if (WithRankCount(*spec.value(), k, "resources.gpus").ok()) out.push_back(k);
+  }
+  return out;
+}
+
+void AttemptMonitor::PreemptLocked(const JobRecord& victim, const JobRecord& by, double now) {
+  auto it = active_.find(victim.id);
+  if (it == active_.end() || it->second.teardown) return;
+  TransitionChanges c;
+  c.preempted_by = by.id;
+  const std::string message =
+      "preempted by " + by.id + " (priority " + std::to_string(by.priority) + " over " +
+      std::to_string(victim.priority) + ", needs " + std::to_string(by.gpus) + " " + device_unit_ +
+      (by.gpus == 1 ? "" : "s") + "): pausing at a checkpoint (grace " +
+      std::to_string(static_cast<int>(victim.grace_seconds)) + " s), then back in the queue";
+  auto moved = recorder_->Transition(victim.id, JobState::kPausing, message, c, victim.state);
+  if (!moved.ok()) return;  // it changed state meanwhile (ended, paused): nothing to preempt
+  StartTeardownLocked(&it->second, victim.grace_seconds, now);
 }
 
 void AttemptMonitor::ScheduleLocked() {
@@ -640,7 +706,10 @@ void AttemptMonitor::ScheduleLocked() {
   std::map<std::string, JobState> active;               // what --after dependencies wait on
   for (const JobRecord& j : jobs.value()) active[j.id] = j.state;
   for (const JobRecord& j : jobs.value()) {
-    if (j.state != JobState::kQueued) continue;
+    if (j.state != JobState::kQueued) {
+      by_id[j.id] = j;
+      continue;
+    }
     if (!j.after.empty()) {
       std::string waiting;
       if (!DependenciesAllowStartLocked(j, active, &waiting)) {
@@ -656,12 +725,14 @@ void AttemptMonitor::ScheduleLocked() {
       if (!st.ok()) spdlog::error("job {}: launch failed: {}", j.id, st.ToString());
       continue;
     }
-    queued.push_back({j.id, j.gpus, j.priority, j.seq});
+    queued.emplace_back(j.id, j.gpus, j.priority, j.seq, ShrinkOptionsLocked(j));
     by_id[j.id] = j;
   }
-  ScheduleDecision d = Schedule(names, busy, queued, device_unit_);
+  ScheduleDecision d = Schedule(names, busy, queued, device_unit_, RunningJobsLocked(jobs.value()));
   wait_reasons_ = d.wait_reasons;
   for (const auto& [id, why] : waiting_for_jobs) wait_reasons_[id] = why;
+  const double now = clock_->Now();
+  for (const Preemption& p : d.preemptions) PreemptLocked(by_id[p.victim], by_id[p.by], now);
   for (const Placement& p : d.placements) {
     Status st = LaunchLocked(by_id[p.job_id], p.devices, /*is_restart=*/false);
     if (!st.ok()) spdlog::error("job {}: launch failed: {}", p.job_id, st.ToString());

@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/launcher/launcher.h"
+#include "server/scheduler/scheduler.h"
 #include "server/store/store.h"
 #include "server/supervisor/change_feed.h"
 #include "server/supervisor/exit_policy.h"
@@ -174,6 +175,14 @@ class AttemptMonitor {
                                     const std::map<std::string, JobState>& active,
                                     std::string* waiting);
   void ScheduleLocked();
+  // The jobs of `jobs` holding this host's devices, as the scheduler sees them for preemption.
+  std::vector<RunningJob> RunningJobsLocked(const std::vector<JobRecord>& jobs);
+  // The smaller rank counts a preempted job with resources.allow_shrink may resume on (its
+  // global batch kept), largest first; empty for any other job.
+  std::vector<int> ShrinkOptionsLocked(const JobRecord& job);
+  // Pauses `victim` (STARTING or RUNNING, preemptible) for `by`: PAUSING with preempted_by set
+  // and its ranks told to checkpoint and stop; FinishAttemptLocked queues it again.
+  void PreemptLocked(const JobRecord& victim, const JobRecord& by, double now);
   // The launcher named `name` ("local", "slurm"); null when adctld has none by that name.
   Launcher* LauncherFor(const std::string& name) const;
   static RankHandle Handle(const RankProc& rank);

@@ -83,6 +83,11 @@ Result<std::string> JobManager::ChooseLauncher(const ResourceSpec& resources) co
         "resources.launcher: slurm (this adctld's default launcher is " +
         default_launcher_ + ")");
   }
+  if (launcher == "slurm" && resources.preemptible) {
+    return InvalidArgument(
+        "resources.preemptible: applies to jobs on adctld's own devices, and this job runs under "
+        "Slurm (adctld's default launcher); Slurm preempts by its partition's rules");
+  }
   return launcher;
 }
 
@@ -424,31 +429,47 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
       if (job->launcher == "local") ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
       auto parsed = recorder_->specs().Get(*job);
       if (!parsed.ok()) return parsed.status();
-      JobSpec s = *parsed.value();
-      const int64_t global_batch = s.GlobalBatch();
-      const int64_t per_step = s.train.batch_size * *gpus;
-      if (global_batch % per_step != 0) {
-        return InvalidArgument(
-            "gpus: cannot keep the global batch of " + std::to_string(global_batch) +
-            " clips (train.batch_size " + std::to_string(s.train.batch_size) +
-            " x train.grad_accum " + std::to_string(s.train.grad_accum) + " x " +
-            std::to_string(s.resources.gpus) + " ranks) on " + std::to_string(*gpus) +
-            " ranks: " + std::to_string(global_batch) +
-            " is not a multiple of batch_size x ranks = " + std::to_string(per_step));
-      }
-      s.train.grad_accum = global_batch / per_step;
-      s.resources.gpus = *gpus;
-      ADCTL_RETURN_IF_ERROR(ValidateJobSpec(s));
-      c.spec_yaml = JobSpecToYaml(s);
+      auto s = WithRankCount(*parsed.value(), *gpus, "gpus");
+      if (!s.ok()) return s.status();
+      c.spec_yaml = JobSpecToYaml(*s);
       c.gpus = *gpus;
       message = "resumed by " + who + " on " + std::to_string(*gpus) + " ranks (train.grad_accum " +
-                std::to_string(s.train.grad_accum) + ", global batch " +
-                std::to_string(global_batch) + " kept)";
-      resized = std::move(s);
+                std::to_string(s->train.grad_accum) + ", global batch " +
+                std::to_string(s->GlobalBatch()) + " kept)";
+      resized = std::move(s.value());
     }
     auto resumed = recorder_->Transition(job_id, JobState::kQueued, message, c);
     if (resumed.ok() && resized) recorder_->specs().Remember(job_id, *c.spec_yaml, *resized);
     return resumed;
+  });
+}
+
+Result<JobRecord> JobManager::SetPriority(const std::string& job_id, int priority,
+                                          const Requester& by) {
+  const std::string who = ByWhom(by);
+  return monitor_->WithAttempt(job_id, [&](AttemptControl&) -> Result<JobRecord> {
+    auto job = store_->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    ADCTL_RETURN_IF_ERROR(CheckMayActOn(by, *job, "set the priority of"));
+    if (IsTerminal(job->state)) {
+      return FailedPrecondition("set priority: job " + job_id + " is " + JobStateName(job->state) +
+                                "; an ended job has no priority");
+    }
+    if (priority == job->priority) return job.value();
+    auto parsed = recorder_->specs().Get(*job);
+    if (!parsed.ok()) return parsed.status();
+    JobSpec spec = *parsed.value();
+    spec.resources.priority = priority;
+    ADCTL_RETURN_IF_ERROR(ValidateJobSpec(spec));  // the range, naming resources.priority
+    const std::string yaml = JobSpecToYaml(spec);
+    auto out = store_->SetPriority(
+        job_id, priority, yaml,
+        "priority " + std::to_string(job->priority) + " -> " + std::to_string(priority) + " by " +
+            who + (job->state == JobState::kQueued ? " (re-queued at its new place)" : ""));
+    if (!out.ok()) return out;
+    recorder_->specs().Remember(job_id, yaml, std::move(spec));
+    changes_->Notify();
+    return out;
   });
 }
 

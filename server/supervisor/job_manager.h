@@ -87,6 +87,10 @@ class JobManager {
   // `gpus`: resume on another rank count, keeping the global batch through train.grad_accum.
   Result<JobRecord> Resume(const std::string& job_id, std::optional<int> gpus,
                            const Requester& by = {});
+  // `adctl set JOB --priority P`: the job's priority and its spec's resources.priority, for the
+  // next schedule (a QUEUED job takes its new place; a running one may now preempt or be
+  // preempted). FailedPrecondition for an ended job.
+  Result<JobRecord> SetPriority(const std::string& job_id, int priority, const Requester& by = {});
   // `adctl ckpt pin|unpin`: records (SQLite) that retention must keep (or may again delete)
   // the checkpoint of `step`, and writes the job's pins file that rank 0's retention reads at
   // each commit (JobLayout::checkpoint_pins). Pinning needs the committed checkpoint on disk

@@ -166,6 +166,44 @@ TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {
       HasSubstr("apply to resources.launcher: slurm only"));
 }
 
+// Preemption (issue 31 item 4): preemptible and allow_shrink round-trip, are written only when
+// set and left out of a rank's copy; allow_shrink needs preemptible, Slurm jobs cannot be either.
+// WithRankCount keeps the global batch or names why it cannot.
+TEST(JobSpecTest, PreemptionFieldsAndResizingKeepTheGlobalBatch) {
+  auto spec = ParseJobSpec(
+      "model: {preset: tiny}\ntrain: {batch_size: 2, grad_accum: 3}\n"
+      "resources: {gpus: 4, preemptible: true, allow_shrink: true}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->resources.preemptible);
+  const std::string yaml = JobSpecToYaml(spec.value());
+  EXPECT_THAT(yaml, HasSubstr("preemptible: true"));
+  EXPECT_EQ(ParseJobSpec(yaml).value(), spec.value());
+  EXPECT_THAT(JobSpecToYaml(JobSpec()), Not(HasSubstr("preemptible")));
+  JobSpec rank_copy = spec.value();
+  ClearCoordinatorFields(&rank_copy);
+  EXPECT_THAT(JobSpecToYaml(rank_copy), Not(HasSubstr("preemptible")));
+  EXPECT_THAT(JobSpecToYaml(rank_copy), Not(HasSubstr("allow_shrink")));
+
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {allow_shrink: true}\n").status().message(),
+      HasSubstr("resources.allow_shrink: needs resources.preemptible: true"));
+  EXPECT_THAT(
+      ParseJobSpec("model: {preset: tiny}\nresources: {launcher: slurm, preemptible: true}\n")
+          .status()
+          .message(),
+      HasSubstr("resources.preemptible: applies to jobs on adctld's own devices"));
+
+  // Global batch 2 x 3 x 4 = 24: on 3 ranks grad_accum 4, on 2 ranks 6; 5 ranks cannot.
+  auto three = WithRankCount(spec.value(), 3, "gpus");
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ(three->train.grad_accum, 4);
+  EXPECT_EQ(three->resources.gpus, 3);
+  EXPECT_EQ(three->GlobalBatch(), 24);
+  EXPECT_EQ(WithRankCount(spec.value(), 2, "gpus")->train.grad_accum, 6);
+  EXPECT_THAT(WithRankCount(spec.value(), 5, "gpus").status().message(),
+              HasSubstr("gpus: cannot keep the global batch of 24 clips"));
+}
+
 // data.sources (issue 32 item 3): a list of {path, weight | repeats}, round-tripped, with the
 // mistakes a user makes named.
 TEST(JobSpecTest, DataSourcesAreAListOfWeightedOrRepeatedCaches) {

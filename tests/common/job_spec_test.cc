@@ -391,6 +391,8 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.data.sources = {{"/c", 1, 0}};                // and data.sources when a mix is asked for
   spec.train.nan_policy = "rollback";                // and the rollback's fields with that policy
   spec.notify.webhooks = {"https://example.com/h"};  // and notify when it names a URL
+  // and preemption when it is asked for (not valid with slurm, but writing does not check)
+  spec.resources.preemptible = spec.resources.allow_shrink = true;
   const std::string yaml = JobSpecToYaml(spec);
   for (const std::string& path : JobSpecFieldPaths()) {
     // Nested two spaces a level: "name", "  lr", "    rank".

@@ -275,4 +275,54 @@ TEST_F(QueueNotifyTest, ADryRunSaysWhereTheJobWouldStartOrWhyItWouldWaitAndCreat
 }
 
 }  // namespace
+// Preemption (issue 31 item 4) across an adctld restart: a preemptible job whose ranks take
+// their grace period to stop is PAUSING for a higher-priority job when the supervisor stops;
+// the next one re-attaches it, and once its ranks are gone it still goes back to the queue by
+// itself (the store kept who preempted it), behind the job it made room for. A dry run shows the
+// preemption it would cause.
+TEST_F(QueueNotifyTest, APreemptedJobGoesBackToTheQueueAcrossARestart) {
+  const std::string low = Submit(
+      "name: stubborn\nmodel: {preset: tiny}\ndata: {kind: synthetic}\ntrain: {max_steps: 4}\n"
+      "resources: {gpus: 2, grace_seconds: 1, preemptible: true}\n");
+  WaitFor(low, JobState::kStarting);
+  SubmitRequest plan_request;
+  plan_request.spec_yaml = Spec("sleep", 1);
+  plan_request.priority = 10;
+  auto plan = supervisor_->jobs().Plan(plan_request);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_NE(plan->wait_reason.find("preempting " + low + " (priority 0)"), std::string::npos)
+      << plan->wait_reason;
+  EXPECT_EQ(store_->GetJob(low)->state, JobState::kStarting) << "a dry run preempted";
+
+  SubmitRequest high_request = plan_request;
+  auto high = supervisor_->jobs().Submit(high_request);
+  ASSERT_TRUE(high.ok()) << high.status().ToString();
+  const std::string high_id = high->first.id;
+  JobRecord pausing = WaitFor(low, JobState::kPausing);
+  EXPECT_EQ(pausing.preempted_by, high_id);
+  EXPECT_NE(pausing.message.find("preempted by " + high_id + " (priority 10 over 0"),
+            std::string::npos)
+      << pausing.message;
+
+  supervisor_->Stop();
+  supervisor_.reset();
+  StartSupervisor(2);
+  // The stubborn ranks are killed after their grace; the job is queued again, not left PAUSED.
+  WaitFor(high_id, JobState::kStarting, 15);
+  JobRecord back = WaitFor(low, JobState::kQueued, 15);
+  EXPECT_EQ(back.preempted_by, high_id);
+  EXPECT_EQ(back.message.rfind("back in the queue after preemption by " + high_id, 0), 0u)
+      << back.message;
+  const std::string expected = "waiting for 2 CPU slots: 1 free, in use by " + high_id;
+  std::string reason;
+  for (int i = 0; i < 250 && reason != expected; ++i) {  // the next schedule sets it
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    reason = supervisor_->jobs().WaitReason(low);
+  }
+  EXPECT_EQ(reason, expected);
+  for (const std::string& id : {low, high_id}) {
+    ASSERT_TRUE(supervisor_->jobs().Cancel(id, 0.0, true).ok());
+  }
+}
+
 }  // namespace adctl

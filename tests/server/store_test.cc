@@ -53,7 +53,7 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
-  EXPECT_EQ(store_->schema_version(), 15);
+  EXPECT_EQ(store_->schema_version(), 16);
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "the database is the owner's alone";
@@ -119,6 +119,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
                          "ALTER TABLE jobs DROP COLUMN after_jobs; "
                          "ALTER TABLE jobs DROP COLUMN after_any; "
                          "ALTER TABLE jobs DROP COLUMN labels; "
+                         "ALTER TABLE jobs DROP COLUMN preempted_by; "
                          "PRAGMA user_version=1;",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -127,7 +128,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   auto reopened = Store::Open(path_);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   store_ = std::move(reopened.value());
-  EXPECT_EQ(store_->schema_version(), 15);
+  EXPECT_EQ(store_->schema_version(), 16);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
   EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
@@ -283,6 +284,45 @@ TEST_F(StoreTest, TransitionWritesStateAndEventTogether) {
   ASSERT_TRUE(done.ok());
   EXPECT_GT(done->finished_at, 0);
   EXPECT_EQ(store_->GetAttempt("j-1", 1)->end_reason, "rank 0 exited with code 0");
+}
+
+// Preemption (issue 31 item 4): who preempted a job survives a reopen (adctld restarted while it
+// paused) until its next start clears it; a priority change rewrites the spec with an event.
+TEST_F(StoreTest, PreemptedByAndPriorityChangesAreKept) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-1")).ok());
+  TransitionChanges start;
+  start.attempt = 1;
+  ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kStarting, "go", start).ok());
+  TransitionChanges preempt;
+  preempt.preempted_by = "j-9";
+  ASSERT_TRUE(
+      store_->Transition("j-1", JobState::kStarting, JobState::kPausing, "preempted", preempt)
+          .ok());
+  store_.reset();
+  store_ = std::move(Store::Open(path_).value());
+  EXPECT_EQ(store_->GetJob("j-1")->preempted_by, "j-9");
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kPaused, "paused").ok());
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kQueued, "back").ok());
+  EXPECT_EQ(store_->GetJob("j-1")->preempted_by, "j-9") << "kept while it waits again";
+  TransitionChanges again;
+  again.attempt = 2;
+  again.preempted_by = std::string();
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kStarting, "go", again).ok());
+  EXPECT_EQ(store_->GetJob("j-1")->preempted_by, "");
+
+  auto set = store_->SetPriority("j-1", 7, "name: t\nresources: {priority: 7}\n", "0 -> 7");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(store_->GetJob("j-1")->priority, 7);
+  EXPECT_NE(store_->GetJob("j-1")->spec_yaml.find("priority: 7"), std::string::npos);
+  auto events = store_->ListEvents("j-1", 0);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->back().kind, "priority");
+  EXPECT_EQ(events->back().message, "0 -> 7");
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kCancelling, "c").ok());
+  ASSERT_TRUE(store_->Transition("j-1", std::nullopt, JobState::kCancelled, "c").ok());
+  EXPECT_EQ(store_->SetPriority("j-1", 1, "x", "y").status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->SetPriority("j-404", 1, "x", "y").status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(StoreTest, ListFiltersAndPages) {

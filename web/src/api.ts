@@ -51,6 +51,8 @@ export interface Job {
   after?: string[]; // the jobs it waits for (adctl submit --after)
   after_any?: boolean; // any end of them will do, not only SUCCEEDED
   labels?: Record<string, string>; // adctl submit --label k=v
+  preemptible?: boolean; // resources.preemptible
+  preempted_by?: string; // the job that preempted it, until it starts again
   spec_yaml?: string; // the canonical YAML of the effective spec (GET /jobs/{id} carries it)
 }
 

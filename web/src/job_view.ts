@@ -142,6 +142,7 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
         ...trainingFields,
         ...field("ETA", p && p.eta_seconds ? `${Math.round(p.eta_seconds)} s` : "–"),
         ...field("GPUs", gpusText(j)),
+        ...field("Priority", `${j.priority ?? 0}${j.preemptible ? " (preemptible)" : ""}`),
         ...field("Attempt", `${j.attempt} (restarts ${j.restarts}/${j.max_restarts})`),
         ...field("Submitted", time(j.submitted_at)),
         ...(j.labels && Object.keys(j.labels).length
@@ -156,7 +157,9 @@ export function showJob(root: HTMLElement, id: string, setStatus: (text: string)
         ...(j.after && j.after.length
           ? field("After", `${j.after.join(", ")} (${j.after_any ? "any end" : "each must succeed"})`)
           : []),
-        ...field("Message", j.message || j.wait_reason || "–"),
+        ...(j.preempted_by ? field("Preempted by", `${j.preempted_by} (resumes from its checkpoint)`) : []),
+        ...field("Message", j.message || "–"),
+        ...(j.state === "JOB_STATE_QUEUED" && j.wait_reason ? field("Waiting", j.wait_reason) : []),
       ),
     );
     const can = allowed(j);

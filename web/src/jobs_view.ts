@@ -29,7 +29,7 @@ function row(job: Job, selected: Set<string>, onSelect: () => void): HTMLElement
     el("td", { class: "num" }, p && num(p.step) ? p.loss.toFixed(4) : "–"),
     el("td", { class: "num" }, fixed(p?.clips_per_second ?? 0, 2)),
     el("td", {}, gpusText(job)),
-    el("td", {}, job.message || job.wait_reason),
+    el("td", {}, job.state === "JOB_STATE_QUEUED" && job.wait_reason ? job.wait_reason : job.message),
   );
 }
 
