@@ -11,8 +11,9 @@
 // retryable).
 //
 // Time comes from a Clock and processes from a Launcher, so a test can drive ticks by hand
-// (tests/server/fault_injection_test.cc). Thread-safe: one mutex guards the attempts; it is
-// never held while waiting for a rank.
+// (tests/server/fault_injection_test.cc). The class is implemented in parts: attempt_monitor.cc
+// (tick, watching), attempt_launch.cc, restart_policy.cc, attempt_schedule.cc, reconcile.cc.
+// Thread-safe: one mutex guards the attempts; it is never held while waiting for a rank.
 #pragma once
 
 #include <functional>
