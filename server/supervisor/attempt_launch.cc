@@ -93,15 +93,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   if (!started.ok()) return started.status();
   if (is_restart && recorder_->observer()) recorder_->observer()->OnRestart(job.id);
 
-  Attempt a;
-  a.job_id = job.id;
-  a.attempt = attempt;
-  a.launcher = launcher;
-  a.devices = devices;
-  a.grace_seconds = job.grace_seconds;
-  a.launched_at = now;
-  a.hang_timeout_seconds = job.hang_timeout_seconds;
-  a.rendezvous_timeout_seconds = job.rendezvous_timeout_seconds;
+  Attempt a = Attempt::Of(job, attempt, launcher, devices, now);
 
   AttemptLaunchInput input;
   input.worker_binary = options_.worker_binary;

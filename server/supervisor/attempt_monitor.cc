@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "common/job_layout.h"
 
@@ -24,6 +25,20 @@ bool HasProcesses(const ActiveAttempt& a) {
 constexpr double kGroupDrainSeconds = 5;
 
 }  // namespace
+
+ActiveAttempt ActiveAttempt::Of(const JobRecord& job, int attempt, Launcher* launcher,
+                                std::vector<std::string> devices, double now) {
+  ActiveAttempt a;
+  a.job_id = job.id;
+  a.attempt = attempt;
+  a.launcher = launcher;
+  a.devices = std::move(devices);
+  a.grace_seconds = job.grace_seconds;
+  a.launched_at = now;
+  a.hang_timeout_seconds = job.hang_timeout_seconds;
+  a.rendezvous_timeout_seconds = job.rendezvous_timeout_seconds;
+  return a;
+}
 
 // ---------------------------------------------------------------------------------------------
 // AttemptControl.

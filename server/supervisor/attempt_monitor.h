@@ -77,6 +77,11 @@ struct ActiveAttempt {
   double rendezvous_timeout_seconds = 120;  // for every rank to register, from launched_at
   bool all_registered = false;
   double launched_at = 0;
+
+  // Attempt `attempt` of `job` on `devices`, launched (or adopted) at `now`: the job's grace,
+  // hang and rendezvous timeouts.
+  static ActiveAttempt Of(const JobRecord& job, int attempt, Launcher* launcher,
+                          std::vector<std::string> devices, double now);
 };
 
 class AttemptMonitor;

@@ -17,16 +17,8 @@ Status AttemptMonitor::Reconcile() {
   const double now = clock_->Now();
   for (const JobRecord& job : jobs.value()) {
     if (!HasLiveAttempt(job.state)) continue;
-    Attempt a;
-    a.job_id = job.id;
-    a.attempt = job.attempt;
-    a.launcher = LauncherFor(job.launcher);
+    Attempt a = Attempt::Of(job, job.attempt, LauncherFor(job.launcher), job.devices, now);
     a.cluster_job = job.cluster_job;
-    a.devices = job.devices;
-    a.grace_seconds = job.grace_seconds;
-    a.launched_at = now;
-    a.hang_timeout_seconds = job.hang_timeout_seconds;
-    a.rendezvous_timeout_seconds = job.rendezvous_timeout_seconds;
     if (a.launcher == nullptr) {
       const std::string message = "adctld restarted without the " + job.launcher +
                                   " launcher this job's ranks run under (start it with "
