@@ -36,7 +36,9 @@ case "$name" in
     printf %s "$ADCTL_TOKEN" > "$(dirname "$spec")/token.tmp" &&
       mv "$(dirname "$spec")/token.tmp" "$(dirname "$spec")/token-$attempt-$rank"
     trap 'exit 75' TERM
-    sleep 30 &
+    # Long enough for a test that floods adctld with reports under ASan on a busy machine (a
+    # rank that ended takes its attempt's token with it); the tests cancel it.
+    sleep 120 &
     wait
     exit 75 ;;
   stubborn)
