@@ -1,22 +1,10 @@
 #include "cli/render.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 namespace adctl::cli {
-
-std::string ToJson(const google::protobuf::Message& message, bool one_line) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = !one_line;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
 
 std::string StateName(v1::JobState state) {
   std::string name = v1::JobState_Name(state);

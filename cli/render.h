@@ -8,11 +8,10 @@
 #include <vector>
 
 #include "adctl/v1/job_service.pb.h"
+#include "proto/json.h"  // ToJson: indented for -o json, compact for JSON lines
 
 namespace adctl::cli {
 
-// Indented, or `one_line` for JSON lines (one object per line: --follow / watch).
-std::string ToJson(const google::protobuf::Message& message, bool one_line = false);
 // "QUEUED" for JOB_STATE_QUEUED.
 std::string StateName(v1::JobState state);
 bool IsTerminalState(v1::JobState state);

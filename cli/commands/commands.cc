@@ -32,7 +32,7 @@ CLI::App* AddJobCommand(CLI::App& app, const char* name, const char* help, std::
 
 bool PrintedAsJson(const Context& ctx, const google::protobuf::Message& message) {
   if (!ctx.json()) return false;
-  std::cout << ToJson(message) << "\n";
+  std::cout << ToJson(message, JsonLayout::kIndented) << "\n";
   return true;
 }
 

@@ -80,7 +80,7 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
       ever_connected = true;
       if (IsTerminalState(job.state())) {
         if (json) {
-          std::cout << ToJson(job) << "\n";
+          std::cout << ToJson(job, JsonLayout::kIndented) << "\n";
         } else {
           PrintOutcome(client, job);
         }
@@ -89,7 +89,7 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
       if (job.state() == v1::JOB_STATE_PAUSED) {
         // Nothing happens to a paused job until someone resumes it: a pipeline must not hang.
         if (json) {
-          std::cout << ToJson(job) << "\n";
+          std::cout << ToJson(job, JsonLayout::kIndented) << "\n";
         } else {
           std::cout << job.id() << " PAUSED: it waits for `adctl resume " << job.id() << "`\n";
         }
@@ -105,7 +105,7 @@ int WaitForJob(Client& client, const std::string& id, double timeout_seconds, bo
     }
     if (deadline > 0 && Now() >= deadline) {
       // With -o json the job as it stands, so a pipeline sees where it got to.
-      if (json && st.ok()) std::cout << ToJson(job) << "\n";
+      if (json && st.ok()) std::cout << ToJson(job, JsonLayout::kIndented) << "\n";
       std::cerr << "adctl: timed out after " << FormatDuration(timeout_seconds) << " waiting for "
                 << id << " (" << (st.ok() ? StateName(job.state()) : "unknown") << ")\n";
       return kExitTimeout;
@@ -149,7 +149,7 @@ int FollowJob(Client& client, const std::string& id, double timeout_seconds, boo
           job = update.job();
           have_job = true;
         }
-        std::cout << ToJson(update, /*one_line=*/true) << "\n" << std::flush;
+        std::cout << ToJson(update) << "\n" << std::flush;
         continue;
       }
       if (update.has_event()) {

@@ -77,7 +77,7 @@ int List(Client& c, const Context& ctx, const ListArgs& a) {
            " jobs shown, " + std::to_string(rest) + " more: adctl ls --all, or --limit N";
   }
   if (ctx.json()) {
-    std::cout << ToJson(resp) << "\n";
+    std::cout << ToJson(resp, JsonLayout::kIndented) << "\n";
     if (!more.empty()) std::cerr << "adctl: " << more << "\n";  // stdout stays JSON
     return 0;
   }

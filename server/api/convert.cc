@@ -1,7 +1,6 @@
 #include "server/api/convert.h"
 
 #include <google/protobuf/message.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 
@@ -65,7 +64,8 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   for (const auto& [key, value] : job.labels) (*out->mutable_labels())[key] = value;
   if (spec.ok()) out->set_trains(TrainsSummary(*spec));
   if (spec.ok()) out->set_preemptible(spec->resources.preemptible);
-  out->set_preempted_by(job.preempted_by);
+  // Until it starts again; a job that ended (cancelled while queued) is no longer waiting.
+  if (!IsTerminal(job.state)) out->set_preempted_by(job.preempted_by);
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);
 }
 
@@ -154,15 +154,6 @@ void DeviceToProto(const DeviceStatus& d, v1::Device* out) {
   out->set_memory_total_bytes(std::max<int64_t>(0, d.device.reading.memory_total_bytes));
   out->set_memory_used_bytes(std::max<int64_t>(0, d.device.reading.memory_used_bytes));
   out->set_job_id(d.job_id);
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
 }
 
 void SampleToProto(const SampleView& view, v1::Sample* out) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adctl/v1/job_service.pb.h"
+#include "proto/json.h"  // ToJson, which the HTTP API prints these messages with
 #include "server/api/job_queries.h"
 #include "server/api/motion_exports.h"
 #include "server/store/store.h"
@@ -34,7 +35,5 @@ void MotionExportToProto(const MotionExport& exported, v1::ExportMotionModulesRe
 void ExportToProto(const MotionExport& exported, v1::Export* out);
 // A dry run's plan; webhook URLs with their paths elided (RedactWebhookUrl).
 void PlanToProto(const SubmitPlan& plan, v1::SubmitPlan* out);
-// A message as JSON with the proto field names and every field printed (the HTTP API).
-std::string ToJson(const google::protobuf::Message& message);
 
 }  // namespace adctl
