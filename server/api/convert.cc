@@ -62,8 +62,10 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   for (const std::string& id : job.after) out->add_after(id);
   out->set_after_any(job.after_any);
   for (const auto& [key, value] : job.labels) (*out->mutable_labels())[key] = value;
-  if (spec.ok()) out->set_trains(TrainsSummary(*spec));
-  if (spec.ok()) out->set_preemptible(spec->resources.preemptible);
+  if (spec.ok()) {
+    out->set_trains(TrainsSummary(*spec));
+    out->set_preemptible(spec->resources.preemptible);
+  }
   // Until it starts again; a job that ended (cancelled while queued) is no longer waiting.
   if (!IsTerminal(job.state)) out->set_preempted_by(job.preempted_by);
   if (!job.cluster_job.empty()) out->mutable_cluster_job()->set_id(job.cluster_job);

@@ -168,13 +168,13 @@ void AttemptMonitor::ScheduleLocked() {
   std::map<std::string, std::string> busy;
   DeviceSnapshotLocked(&names, &busy);
   std::vector<QueuedJob> queued;
-  std::map<std::string, JobRecord> by_id;
+  std::map<std::string, const JobRecord*> by_id;        // into `jobs`: no copy per tick
   std::map<std::string, std::string> waiting_for_jobs;  // job id → its dependencies' states
   std::map<std::string, JobState> active;               // what --after dependencies wait on
   for (const JobRecord& j : jobs.value()) active[j.id] = j.state;
   for (const JobRecord& j : jobs.value()) {
     if (j.state != JobState::kQueued) {
-      by_id[j.id] = j;
+      by_id[j.id] = &j;
       continue;
     }
     if (!j.after.empty()) {
@@ -193,15 +193,16 @@ void AttemptMonitor::ScheduleLocked() {
       continue;
     }
     queued.emplace_back(j.id, j.gpus, j.priority, j.seq, ShrinkOptionsLocked(j));
-    by_id[j.id] = j;
+    by_id[j.id] = &j;
   }
   ScheduleDecision d = Schedule(names, busy, queued, device_unit_, RunningJobsLocked(jobs.value()));
   wait_reasons_ = d.wait_reasons;
   for (const auto& [id, why] : waiting_for_jobs) wait_reasons_[id] = why;
   const double now = clock_->Now();
-  for (const Preemption& p : d.preemptions) PreemptLocked(by_id[p.victim], by_id[p.by], now);
+  for (const Preemption& p : d.preemptions)
+    PreemptLocked(*by_id.at(p.victim), *by_id.at(p.by), now);
   for (const Placement& p : d.placements) {
-    Status st = LaunchLocked(by_id[p.job_id], p.devices, /*is_restart=*/false);
+    Status st = LaunchLocked(*by_id.at(p.job_id), p.devices, /*is_restart=*/false);
     if (!st.ok()) spdlog::error("job {}: launch failed: {}", p.job_id, st.ToString());
   }
 }
