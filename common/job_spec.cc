@@ -20,6 +20,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "common/job_spec_internal.h"
+
 namespace adctl {
 
 // ---- The enums' name tables ------------------------------------------------------------------
@@ -63,8 +65,64 @@ ADCTL_SPEC_ENUM_TABLE(GradientCheckpointing, {GradientCheckpointing::kNone, "non
                       {GradientCheckpointing::kFull, "true"})
 ADCTL_SPEC_ENUM_TABLE(LoraScope, {LoraScope::kMotion, "motion"}, {LoraScope::kSpatial, "spatial"},
                       {LoraScope::kBoth, "both"})
+ADCTL_SPEC_ENUM_TABLE(LauncherKind, {LauncherKind::kDefault, ""}, {LauncherKind::kLocal, "local"},
+                      {LauncherKind::kSlurm, "slurm"})
 
 #undef ADCTL_SPEC_ENUM_TABLE
+
+namespace job_spec_internal {
+
+// Shortest decimal form that reads back to the same double ("0.0001", "1e-08", "60").
+std::string FormatDouble(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // integers without an exponent: 60, not 6e+01
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return buf;
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+std::optional<size_t> FirstInvalidUtf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    size_t len = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+}  // namespace job_spec_internal
+
+using job_spec_internal::FirstInvalidUtf8;
+using job_spec_internal::FormatDouble;
 
 namespace {
 
@@ -268,22 +326,6 @@ bool IsSection(const std::string& key) {
   return false;
 }
 
-// Shortest decimal form that reads back to the same double ("0.0001", "1e-08", "60").
-std::string FormatDouble(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 1e15) {  // integers without an exponent: 60, not 6e+01
-    std::snprintf(buf, sizeof(buf), "%.0f", v);
-    return buf;
-  }
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -432,6 +474,7 @@ Status Convert(const std::string& path, const YAML::Node& node, E* out) {
       *out = e.value;
       return Status::Ok();
     }
+    if (*e.name == '\0') continue;  // "" (unset) is the default, not a choice to list
     list += std::string(list.empty() ? "" : ", ") + "'" + e.name + "'";
   }
   return InvalidArgument(path + ": must be one of " + list + ", got '" + text + "'");
@@ -645,114 +688,6 @@ std::string EmitValue(E v) {
   return Quote(Name(v));
 }
 
-// ---- Validation helpers ----------------------------------------------------------------------
-
-std::string Show(const std::string& v) { return "'" + v + "'"; }
-std::string Show(int64_t v) { return std::to_string(v); }
-std::string Show(double v) { return FormatDouble(v); }
-
-// The list-valued and free-form string fields that name one of a few choices.
-Status OneOf(const char* path, const std::string& value,
-             std::initializer_list<const char*> allowed) {
-  std::string list;
-  for (const char* a : allowed) {
-    if (value == a) return Status::Ok();
-    list += std::string(list.empty() ? "" : ", ") + "'" + a + "'";
-  }
-  return InvalidArgument(std::string(path) + ": must be one of " + list + ", got " + Show(value));
-}
-
-template <typename T>
-Status AtLeast(const char* path, T value, T minimum) {
-  if (value >= minimum) return Status::Ok();
-  return InvalidArgument(std::string(path) + ": must be >= " + Show(minimum) + ", got " +
-                         Show(value));
-}
-
-// [minimum, maximum]: sane bounds, so a typo or a hostile number cannot wrap or overflow later
-// (a priority past int32, a grace period of 1e300 seconds).
-template <typename T>
-Status Within(const char* path, T value, T minimum, T maximum) {
-  if (value >= minimum && value <= maximum) return Status::Ok();
-  return InvalidArgument(std::string(path) + ": must be in [" + Show(minimum) + ", " +
-                         Show(maximum) + "], got " + Show(value));
-}
-
-Status Finite(const char* path, double value) {
-  if (std::isfinite(value)) return Status::Ok();
-  return InvalidArgument(std::string(path) + ": must be a finite number, got " + Show(value));
-}
-
-Status Positive(const char* path, double value) {
-  ADCTL_RETURN_IF_ERROR(Finite(path, value));
-  if (value > 0) return Status::Ok();
-  return InvalidArgument(std::string(path) + ": must be > 0, got " + Show(value));
-}
-
-Status NonNegative(const char* path, double value) {
-  ADCTL_RETURN_IF_ERROR(Finite(path, value));
-  return AtLeast(path, value, 0.0);
-}
-
-// [0, 1): Adam's moment decay rates.
-Status UnitInterval(const char* path, double value) {
-  if (value >= 0 && value < 1) return Status::Ok();
-  return InvalidArgument(std::string(path) + ": must be in [0, 1), got " + Show(value));
-}
-
-// Bounds on what a spec may ask for; README.md ("Job spec") lists them.
-constexpr int64_t kMaxSteps = 1'000'000'000;
-// Upper bounds of sizes (no real job comes near them; each keeps an allocation finite).
-constexpr int64_t kMaxSamples = 10'000'000;             // data.num_samples (synthetic clips)
-constexpr int64_t kMaxFrames = 1024;                    // data.frames, validation.frames
-constexpr int64_t kMaxLatentSide = 1024;                // data.height/width (8192 pixels)
-constexpr int64_t kMaxTextLen = 4096;                   // data.text_len (CLIP's is 77)
-constexpr int64_t kMaxBatchLatents = int64_t{1} << 31;  // one micro-batch's latent values
-constexpr int64_t kMaxPriority = 1'000'000;
-
-// Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-std::optional<size_t> FirstInvalidUtf8(const std::string& text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = s[i];
-    size_t len = 0;
-    uint32_t cp = 0, min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::nullopt;
-}
-
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (unsigned char c : name) {
-    if (!std::isalnum(c) && c != '-' && c != '_' && c != '.') return false;
-  }
-  return true;
-}
-
-// Frames the tiny preset's motion modules can take (positional encoding length, as in the
-// reference MotionAdapter's max_seq_length 32).
-constexpr int64_t kTinyMaxFrames = 32;
-
 }  // namespace
 
 Result<JobSpec> ParseJobSpec(const std::string& yaml_text,
@@ -795,501 +730,6 @@ Result<JobSpec> LoadJobSpecFile(const std::string& path,
   Result<JobSpec> spec = ParseJobSpec(text.str(), overrides);
   if (!spec.ok()) return Status(spec.status().code(), path + ": " + spec.status().message());
   return spec;
-}
-
-Status CheckGraceSeconds(const std::string& field, double seconds) {
-  ADCTL_RETURN_IF_ERROR(NonNegative(field.c_str(), seconds));
-  return Within(field.c_str(), seconds, 0.0, kMaxGraceSeconds);
-}
-
-namespace {
-
-// model.lora: its own numbers, and a base whose motion modules are trained (a LoRA on random
-// ones learns nothing a user can load).
-// data.sources: latent caches only, each a path with a weight or repeats, all weighted or none.
-Status ValidateSources(const DataSpec& d) {
-  if (d.kind != DataKind::kLatents) {
-    return InvalidArgument("data.sources: only used with data.kind 'latents', got kind " +
-                           Show(Name(d.kind)));
-  }
-  if (!d.path.empty()) {
-    return InvalidArgument(
-        "data.path and data.sources: give one (data.path for one cache, data.sources for a mix), "
-        "not both");
-  }
-  if (d.sources.size() > 64) {
-    return InvalidArgument("data.sources: at most 64 sources, got " +
-                           std::to_string(d.sources.size()));
-  }
-  int weighted = -1, unweighted = -1;
-  for (size_t i = 0; i < d.sources.size(); ++i) {
-    const DataSource& src = d.sources[i];
-    const std::string at = "data.sources[" + std::to_string(i) + "]";
-    if (src.path.empty()) return InvalidArgument(at + ".path: required (a latent cache)");
-    for (size_t j = 0; j < i; ++j) {
-      if (d.sources[j].path == src.path) {
-        return InvalidArgument(at + ".path: the same cache as data.sources[" + std::to_string(j) +
-                               "] (raise its weight or repeats instead)");
-      }
-    }
-    if (src.weight != 0 && src.repeats != 0) {
-      return InvalidArgument(at + ": give weight or repeats, not both");
-    }
-    if (src.weight != 0 && !(src.weight > 0 && src.weight <= 1e6)) {
-      return InvalidArgument(at + ".weight: must be in (0, 1e6], got " + Show(src.weight));
-    }
-    if (src.repeats != 0) {
-      ADCTL_RETURN_IF_ERROR(Within<int64_t>((at + ".repeats").c_str(), src.repeats, 1, 1000));
-    }
-    (src.weight != 0 ? weighted : unweighted) = static_cast<int>(i);
-  }
-  if (weighted >= 0 && unweighted >= 0) {
-    return InvalidArgument("data.sources[" + std::to_string(unweighted) +
-                           "]: no weight, and data.sources[" + std::to_string(weighted) +
-                           "] has one: give every source a weight (its share of the draws) or "
-                           "none (repeats: passes over its clips per epoch)");
-  }
-  return Status::Ok();
-}
-
-Status ValidateLora(const ModelSpec& m, bool preprocess) {
-  const LoraSpec& l = m.lora;
-  if (!l.enabled()) {
-    if (l.rank < 0) return InvalidArgument("model.lora.rank: must be >= 1, got " + Show(l.rank));
-    const bool other_fields = l.alpha != 0 || !l.targets.empty() || !l.init_from.empty() ||
-                              l.dropout != 0 || l.scope != LoraScope::kMotion;
-    if (other_fields)
-      return InvalidArgument("model.lora: set model.lora.rank (>= 1) to train a LoRA");
-    return Status::Ok();
-  }
-  if (preprocess) return InvalidArgument("model.lora: a preprocess job trains nothing");
-  ADCTL_RETURN_IF_ERROR(Within("model.lora.rank", l.rank, int64_t{1}, int64_t{1024}));
-  if (!(l.alpha >= 0) || l.alpha > 1e6) {
-    return InvalidArgument("model.lora.alpha: must be in [0, 1e6] (0: the rank), got " +
-                           Show(l.alpha));
-  }
-  if (!(l.dropout >= 0 && l.dropout < 1)) {
-    return InvalidArgument("model.lora.dropout: must be in [0, 1), got " + Show(l.dropout));
-  }
-  for (const std::string& t : l.targets) {
-    ADCTL_RETURN_IF_ERROR(OneOf("model.lora.targets", t, {"to_q", "to_k", "to_v", "to_out.0"}));
-  }
-  if (m.preset != ModelPreset::kNone && m.motion_adapter.empty() && m.motion_module_file.empty()) {
-    return InvalidArgument("model.lora: preset " + Show(Name(m.preset)) +
-                           " has random motion modules; a LoRA adapts a trained one (give "
-                           "model.unet_motion, or model.pretrained with model.motion_adapter or "
-                           "model.motion_module_file)");
-  }
-  if (m.unet_motion.empty() && m.motion_adapter.empty() && m.motion_module_file.empty()) {
-    return InvalidArgument(
-        "model.lora: needs a trained motion module to adapt: model.motion_adapter or "
-        "model.motion_module_file (or model.unet_motion)");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status ValidateJobSpec(const JobSpec& s) {
-  if (!ValidName(s.name)) {
-    return InvalidArgument(
-        "name: must be 1-63 characters of letters, digits, '-', '_' or '.', got " + Show(s.name));
-  }
-
-  const bool preprocess = s.kind == JobKind::kPreprocess;
-
-  // model
-  const ModelSpec& m = s.model;
-  const int unet_sources = !m.pretrained.empty() + !m.unet2d.empty() + !m.unet_motion.empty();
-  const bool has_paths = unet_sources > 0;
-  if (preprocess) {
-    if (m.pretrained.empty()) {
-      return InvalidArgument(
-          "model.pretrained: required for kind 'preprocess' (a Stable Diffusion folder with vae/, "
-          "text_encoder/ and tokenizer/)");
-    }
-  } else if ((m.preset == ModelPreset::kNone) == !has_paths) {
-    return InvalidArgument(m.preset == ModelPreset::kNone
-                               ? "model: give a preset ('tiny', 'sd15'), model.pretrained, "
-                                 "model.unet2d or model.unet_motion"
-                               : "model.preset: " + Show(Name(m.preset)) +
-                                     " cannot be combined with model.pretrained/model.unet2d/"
-                                     "model.unet_motion; give one of them");
-  }
-  if (unet_sources > 1) {
-    return InvalidArgument(
-        "model: give one of model.pretrained, model.unet2d (+ motion_adapter) or "
-        "model.unet_motion, not several");
-  }
-  // With a preset, a trained motion module of the preset's shape replaces its random one
-  // (a LoRA benchmarked at the preset's size).
-  if (!m.motion_adapter.empty() && m.unet2d.empty() && m.pretrained.empty() &&
-      m.preset == ModelPreset::kNone) {
-    return InvalidArgument("model.motion_adapter: " + Show(m.motion_adapter) +
-                           " needs model.pretrained, model.unet2d or a preset (a unet_motion has "
-                           "its own modules)");
-  }
-  ADCTL_RETURN_IF_ERROR(ValidateLora(m, preprocess));
-
-  // data
-  const DataSpec& d = s.data;
-  if (preprocess != (d.kind == DataKind::kVideo)) {
-    return InvalidArgument(
-        preprocess ? "data.kind: a preprocess job reads videos: set data.kind 'video', got " +
-                         Show(Name(d.kind))
-                   : "data.kind: 'video' is read by a preprocess job (kind: preprocess); train "
-                     "on its cache with data.kind 'latents' and data.path = preprocess.output");
-  }
-  if (d.kind == DataKind::kVideo) {
-    if (d.csv.empty()) return InvalidArgument("data.csv: required for data.kind 'video'");
-    if (d.video_dir.empty()) {
-      return InvalidArgument("data.video_dir: required for data.kind 'video'");
-    }
-    if (d.id_column.empty()) return InvalidArgument("data.id_column: must not be empty");
-    if (d.caption_column.empty()) return InvalidArgument("data.caption_column: must not be empty");
-    if (d.file_pattern.find("{" + d.id_column + "}") == std::string::npos) {
-      return InvalidArgument("data.file_pattern: must contain {" + d.id_column +
-                             "} (the id column), got " + Show(d.file_pattern));
-    }
-    // The pattern's literal text: relative, no `..` component, no NUL (CSV values are checked
-    // where the worker reads them: a row can name no file outside data.video_dir).
-    if (d.file_pattern[0] == '/' || d.file_pattern.find('\0') != std::string::npos ||
-        ("/" + d.file_pattern + "/").find("/../") != std::string::npos) {
-      return InvalidArgument(
-          "data.file_pattern: must be a path relative to data.video_dir without '..' or NUL, "
-          "got " +
-          Show(d.file_pattern));
-    }
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.stride", d.stride, 1));
-    for (auto [path, v] : {std::pair{"data.sample_height", d.sample_height},
-                           std::pair{"data.sample_width", d.sample_width}}) {
-      if (v < 8 || v % 8 != 0) {
-        return InvalidArgument(std::string(path) + ": must be a multiple of 8 (>= 8), got " +
-                               Show(v));
-      }
-    }
-    const PreprocessSpec& p = s.preprocess;
-    if (p.output.empty()) {
-      return InvalidArgument("preprocess.output: required (the latent cache directory)");
-    }
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.shard_size", p.shard_size, 1));
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.decode_threads", p.decode_threads, 1));
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.vae_chunk", p.vae_chunk, 1));
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.min_frames", p.min_frames, 1));
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.max_clips", p.max_clips, 0));
-    ADCTL_RETURN_IF_ERROR(
-        Within<int64_t>("preprocess.windows_per_video", p.windows_per_video, 1, 64));
-    if (p.window_placement != "random" && p.window_placement != "uniform") {
-      return InvalidArgument("preprocess.window_placement: must be 'random' or 'uniform', got " +
-                             Show(p.window_placement));
-    }
-  } else if (!s.preprocess.output.empty()) {
-    return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
-                           Show(s.preprocess.output));
-  }
-  if (!d.sources.empty()) {
-    ADCTL_RETURN_IF_ERROR(ValidateSources(d));
-  } else if (d.kind == DataKind::kLatents && d.path.empty()) {
-    return InvalidArgument(
-        "data.path: required for data.kind 'latents' (a directory of shards), or data.sources");
-  }
-  if (d.kind == DataKind::kSynthetic && !d.path.empty()) {
-    return InvalidArgument("data.path: only used with data.kind 'latents', got " + Show(d.path) +
-                           " with kind 'synthetic'");
-  }
-  // Sizes that could never fit are refused here, naming the field, rather than by a rank's
-  // allocation failing (and being retried) later.
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.num_samples", d.num_samples, 1, kMaxSamples));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.frames", d.frames, 1, kMaxFrames));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.height", d.height, 1, kMaxLatentSide));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.width", d.width, 1, kMaxLatentSide));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.text_len", d.text_len, 1, kMaxTextLen));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.seed", d.seed, 0));
-  if (m.preset == ModelPreset::kTiny) {
-    if (d.frames > kTinyMaxFrames) {
-      return InvalidArgument("data.frames: the tiny preset takes at most " +
-                             std::to_string(kTinyMaxFrames) + " frames, got " + Show(d.frames));
-    }
-    // The tiny UNet downsamples once (two down blocks), so latent sides must be even.
-    if (d.height % 2 != 0) {
-      return InvalidArgument("data.height: must be even for the tiny preset, got " +
-                             Show(d.height));
-    }
-    if (d.width % 2 != 0) {
-      return InvalidArgument("data.width: must be even for the tiny preset, got " + Show(d.width));
-    }
-  }
-  if (m.preset == ModelPreset::kSd15) {
-    // SD1.5 downsamples three times: latent sides must be multiples of 8.
-    if (d.height % 8 != 0 || d.width % 8 != 0) {
-      return InvalidArgument("data.height/data.width: must be multiples of 8 for the sd15 preset");
-    }
-  }
-
-  // train
-  const TrainSpec& t = s.train;
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_steps", t.max_steps, 1, kMaxSteps));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.batch_size", t.batch_size, 1, 4096));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.grad_accum", t.grad_accum, 1, 65536));
-  // One micro-batch's latents on a rank (4 channels); each factor is bounded above.
-  const int64_t batch_latents = t.batch_size * d.frames * d.height * d.width * 4;
-  if (batch_latents > kMaxBatchLatents) {
-    return InvalidArgument(
-        "train.batch_size x data.frames x data.height x data.width: one batch would hold " +
-        std::to_string(batch_latents) + " latent values, at most " +
-        std::to_string(kMaxBatchLatents) + " (lower the batch size or the clip size)");
-  }
-  ADCTL_RETURN_IF_ERROR(Positive("train.lr", t.lr));
-  ADCTL_RETURN_IF_ERROR(Within("train.lr", t.lr, 0.0, 1.0));
-  ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta1", t.beta1));
-  ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta2", t.beta2));
-  ADCTL_RETURN_IF_ERROR(NonNegative("train.weight_decay", t.weight_decay));
-  ADCTL_RETURN_IF_ERROR(Positive("train.eps", t.eps));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.warmup_steps", t.warmup_steps, 0, kMaxSteps));
-  ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.nan_policy", t.nan_policy, {"fail", "rollback"}));
-  if (!(t.rollback_lr_factor > 0 && t.rollback_lr_factor <= 1)) {
-    return InvalidArgument("train.rollback_lr_factor: must be in (0, 1], got " +
-                           Show(t.rollback_lr_factor));
-  }
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_rollbacks", t.max_rollbacks, 0, 100));
-  if (t.nan_policy == "rollback" && t.max_rollbacks > s.resources.max_restarts) {
-    return InvalidArgument("train.max_rollbacks: " + Show(t.max_rollbacks) +
-                           " is above resources.max_restarts (" + Show(s.resources.max_restarts) +
-                           "): each rollback restarts the job");
-  }
-  ADCTL_RETURN_IF_ERROR(UnitInterval("train.caption_dropout", t.caption_dropout));
-  if (t.beta_schedule == BetaSchedule::kPretrained && m.pretrained.empty()) {
-    return InvalidArgument(
-        "train.beta_schedule: 'pretrained' reads model.pretrained's scheduler/, which is not set");
-  }
-  ADCTL_RETURN_IF_ERROR(Positive("train.beta_start", t.beta_start));
-  ADCTL_RETURN_IF_ERROR(Positive("train.beta_end", t.beta_end));
-  if (t.beta_end >= 1) {
-    return InvalidArgument("train.beta_end: must be < 1, got " + Show(t.beta_end));
-  }
-  if (t.beta_start > t.beta_end) {
-    return InvalidArgument("train.beta_start: must be <= train.beta_end (" + Show(t.beta_end) +
-                           "), got " + Show(t.beta_start));
-  }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.num_train_timesteps", t.num_train_timesteps, 2));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.log_every", t.log_every, 1));
-  ADCTL_RETURN_IF_ERROR(Positive("train.bucket_cap_mb", t.bucket_cap_mb));
-  const EmaSpec& ema = t.ema;
-  ADCTL_RETURN_IF_ERROR(Finite("train.ema.decay", ema.decay));
-  if (ema.decay < 0 || ema.decay >= 1) {
-    return InvalidArgument(
-        "train.ema.decay: must be in [0, 1) (0: no EMA; diffusers: 0.9999), got " +
-        Show(ema.decay));
-  }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.start_step", ema.start_step, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.update_every", ema.update_every, 1));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.ema.device", ema.device, {"gpu", "cpu"}));
-  if (ema.enabled() && preprocess) {
-    return InvalidArgument("train.ema: a preprocess job trains no weights to average");
-  }
-  // validation, eval and export may use the average instead of the weights.
-  for (auto [path, weights] : {std::pair{"validation.weights", &s.validation.weights},
-                               std::pair{"eval.weights", &s.eval.weights},
-                               std::pair{"export.weights", &s.exports.weights}}) {
-    ADCTL_RETURN_IF_ERROR(OneOf(path, *weights, {"raw", "ema"}));
-    if (*weights == "ema" && !ema.enabled()) {
-      return InvalidArgument(std::string(path) +
-                             ": ema needs train.ema (set train.ema.decay, e.g. 0.9999)");
-    }
-  }
-
-  // checkpoint
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_last", s.checkpoint.keep_last, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_every", s.checkpoint.keep_every, 0));
-  const KeepBestSpec& best = s.checkpoint.keep_best;
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_best.k", best.k, 0));
-  ADCTL_RETURN_IF_ERROR(OneOf("checkpoint.keep_best.metric", best.metric, {"eval_loss"}));
-  if (best.k > 0 && !s.eval.enabled()) {
-    return InvalidArgument(
-        "checkpoint.keep_best: ranks checkpoints by eval_loss, which needs eval (set "
-        "eval.holdout_clips or eval.path)");
-  }
-  if (best.k > 0 && !s.checkpoint.enabled) {
-    return InvalidArgument("checkpoint.keep_best: checkpoint.enabled is false (nothing to keep)");
-  }
-
-  // validation
-  const ValidationSpec& v = s.validation;
-  if (!v.prompts.empty()) {
-    if (preprocess) return InvalidArgument("validation: a preprocess job renders no samples");
-    if (m.pretrained.empty()) {
-      return InvalidArgument(
-          "validation.prompts: rendering samples needs model.pretrained (its vae/, text_encoder/ "
-          "and tokenizer/)");
-    }
-    for (size_t i = 0; i < v.prompts.size(); ++i) {
-      if (v.prompts[i].empty()) {
-        return InvalidArgument("validation.prompts[" + std::to_string(i) + "]: empty prompt");
-      }
-    }
-    if (v.every_steps == 0 && v.at_steps.empty()) {
-      return InvalidArgument(
-          "validation: prompts are set but every_steps is 0 and at_steps is empty (never)");
-    }
-  }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps", v.steps, 1));
-  if (v.steps > t.num_train_timesteps) {
-    return InvalidArgument("validation.steps: at most train.num_train_timesteps (" +
-                           Show(t.num_train_timesteps) + "), got " + Show(v.steps));
-  }
-  ADCTL_RETURN_IF_ERROR(Finite("validation.guidance", v.guidance));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.seed", v.seed, 0));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("validation.frames", v.frames, 1, kMaxFrames));
-  for (auto [path, px] :
-       {std::pair{"validation.height", v.height}, std::pair{"validation.width", v.width}}) {
-    if (px < 8 || px % 8 != 0) {
-      return InvalidArgument(std::string(path) + ": must be a multiple of 8 (>= 8), got " +
-                             Show(px));
-    }
-    ADCTL_RETURN_IF_ERROR(Within<int64_t>(path, px, 8, 8 * kMaxLatentSide));
-  }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.every_steps", v.every_steps, 0));
-  for (size_t i = 0; i < v.at_steps.size(); ++i) {
-    ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>(
-        ("validation.at_steps[" + std::to_string(i) + "]").c_str(), v.at_steps[i], 1));
-  }
-  ADCTL_RETURN_IF_ERROR(NonNegative("validation.eta", v.eta));
-  ADCTL_RETURN_IF_ERROR(OneOf("validation.timestep_spacing", v.timestep_spacing,
-                              {"leading", "trailing", "linspace"}));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps_offset", v.steps_offset, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.fps", v.fps, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.decode_chunk", v.decode_chunk, 1));
-
-  // eval
-  const EvalSpec& e = s.eval;
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.holdout_clips", e.holdout_clips, 0));
-  if (e.enabled()) {
-    if (preprocess) return InvalidArgument("eval: a preprocess job trains nothing to evaluate");
-    if (e.holdout_clips > 0 && !e.path.empty()) {
-      return InvalidArgument(
-          "eval: set holdout_clips (clips of data held out) or path (a "
-          "cache of eval clips), not both");
-    }
-    if (e.holdout_clips > 0 && s.data.kind == DataKind::kSynthetic &&
-        e.holdout_clips >= s.data.num_samples) {
-      return InvalidArgument("eval.holdout_clips: " + Show(e.holdout_clips) +
-                             " leaves no clip of data.num_samples (" + Show(s.data.num_samples) +
-                             ") to train on");
-    }
-    if (e.timesteps.empty()) return InvalidArgument("eval.timesteps: at least one timestep");
-    for (size_t i = 0; i < e.timesteps.size(); ++i) {
-      ADCTL_RETURN_IF_ERROR(Within<int64_t>(("eval.timesteps[" + std::to_string(i) + "]").c_str(),
-                                            e.timesteps[i], 0, t.num_train_timesteps - 1));
-    }
-  }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.every_steps", e.every_steps, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.seed", e.seed, 0));
-
-  // export
-  for (size_t i = 0; i < s.exports.formats.size(); ++i) {
-    const std::string path = "export.formats[" + std::to_string(i) + "]";
-    if (preprocess) return InvalidArgument(path + ": a preprocess job trains no motion modules");
-    // A LoRA job exports its adapters (and the base with them merged); any other its modules.
-    if (m.lora.enabled()) {
-      ADCTL_RETURN_IF_ERROR(OneOf(path.c_str(), s.exports.formats[i],
-                                  {"diffusers-lora", "animatediff-lora", "merged"}));
-      if (s.exports.formats[i] == "animatediff-lora" && m.lora.scope != LoraScope::kMotion) {
-        return InvalidArgument(path +
-                               ": animatediff-lora holds motion-module adapters only, "
-                               "and model.lora.scope is " +
-                               Show(Name(m.lora.scope)) + " (export diffusers-lora)");
-      }
-    } else {
-      ADCTL_RETURN_IF_ERROR(
-          OneOf(path.c_str(), s.exports.formats[i], {"diffusers", "animatediff"}));
-    }
-  }
-
-  // resources
-  const ResourceSpec& r = s.resources;
-  constexpr double kDay = 86400;
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.gpus", r.gpus, 1, 4096));
-  ADCTL_RETURN_IF_ERROR(
-      Within<int64_t>("resources.priority", r.priority, -kMaxPriority, kMaxPriority));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.max_restarts", r.max_restarts, 0, 1000));
-  ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("resources.grace_seconds", r.grace_seconds));
-  ADCTL_RETURN_IF_ERROR(
-      Positive("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds));
-  ADCTL_RETURN_IF_ERROR(
-      Within("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds, 0.0, kDay));
-  ADCTL_RETURN_IF_ERROR(NonNegative("resources.hang_timeout_seconds", r.hang_timeout_seconds));
-  ADCTL_RETURN_IF_ERROR(
-      Within("resources.hang_timeout_seconds", r.hang_timeout_seconds, 0.0, 7 * kDay));
-  ADCTL_RETURN_IF_ERROR(NonNegative("resources.peak_tflops", r.peak_tflops));
-  if (!r.launcher.empty()) {
-    ADCTL_RETURN_IF_ERROR(OneOf("resources.launcher", r.launcher, {"local", "slurm"}));
-  }
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.nodes", r.nodes, 1, 4096));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.gpus_per_node", r.gpus_per_node, 0, 64));
-  const bool slurm_fields = r.nodes != 1 || r.gpus_per_node != 0 || !r.slurm_account.empty() ||
-                            !r.slurm_partition.empty() || !r.slurm_qos.empty() ||
-                            !r.slurm_time_limit.empty() || !r.slurm_extra_args.empty();
-  if (r.launcher == "local" && slurm_fields) {
-    return InvalidArgument(
-        "resources: nodes, gpus_per_node and slurm_* apply to resources.launcher: slurm only");
-  }
-  if (r.gpus_per_node > 0 && r.gpus != r.nodes * r.gpus_per_node) {
-    return InvalidArgument("resources.gpus: must be resources.nodes × resources.gpus_per_node = " +
-                           std::to_string(r.nodes * r.gpus_per_node) + ", got " +
-                           std::to_string(r.gpus));
-  }
-  if (r.gpus % r.nodes != 0) {
-    return InvalidArgument("resources.gpus: " + std::to_string(r.gpus) +
-                           " ranks do not split evenly over resources.nodes " +
-                           std::to_string(r.nodes));
-  }
-  if (r.allow_shrink && !r.preemptible) {
-    return InvalidArgument(
-        "resources.allow_shrink: needs resources.preemptible: true (a job shrinks only when it "
-        "resumes after being preempted)");
-  }
-  if (r.preemptible && r.launcher == "slurm") {
-    return InvalidArgument(
-        "resources.preemptible: applies to jobs on adctld's own devices (resources.launcher "
-        "local); a Slurm job is preempted by its partition's rules");
-  }
-  constexpr size_t kMaxWebhooks = 8;
-  if (s.notify.webhooks.size() > kMaxWebhooks) {
-    return InvalidArgument("notify.webhooks: at most " + std::to_string(kMaxWebhooks) +
-                           " URLs, got " + std::to_string(s.notify.webhooks.size()));
-  }
-  for (size_t i = 0; i < s.notify.webhooks.size(); ++i) {
-    ADCTL_RETURN_IF_ERROR(
-        CheckWebhookUrl("notify.webhooks[" + std::to_string(i) + "]", s.notify.webhooks[i]));
-  }
-  return Status::Ok();
-}
-
-Status CheckWebhookUrl(const std::string& field, const std::string& url) {
-  constexpr size_t kMaxUrl = 2048;
-  if (url.size() > kMaxUrl) {
-    return InvalidArgument(field + ": at most " + std::to_string(kMaxUrl) + " characters, got " +
-                           std::to_string(url.size()));
-  }
-  for (unsigned char c : url) {
-    if (c <= ' ' || c == 0x7f) {
-      return InvalidArgument(field + ": a URL has no spaces or control characters, got " +
-                             Show(url.substr(0, 64)));
-    }
-  }
-  size_t host = 0;
-  if (url.rfind("http://", 0) == 0) host = 7;
-  if (url.rfind("https://", 0) == 0) host = 8;
-  if (host == 0) {
-    return InvalidArgument(field + ": an http:// or https:// URL, got " + Show(url.substr(0, 64)));
-  }
-  if (host >= url.size() || url[host] == '/' || url[host] == ':' || url[host] == '?') {
-    return InvalidArgument(field + ": names no host: " + Show(url.substr(0, 64)));
-  }
-  return Status::Ok();
 }
 
 void ClearLauncherFields(ResourceSpec* resources) {

@@ -34,6 +34,9 @@ enum class BucketDtype { kFp32, kBf16 };
 enum class GradientCheckpointing { kNone, kResnets, kFull };
 // model.lora.scope: which attention layers carry adapters.
 enum class LoraScope { kMotion, kSpatial, kBoth };
+// resources.launcher: "" (adctld's default launcher), "local", "slurm". adctld registers one
+// launcher per kind it runs (server/launcher/launchers.h).
+enum class LauncherKind { kDefault, kLocal, kSlurm };
 
 template <typename E>
 struct SpecEnumName {
@@ -56,6 +59,7 @@ const std::vector<SpecEnumName<PredictionType>>& SpecEnumNames(PredictionType);
 const std::vector<SpecEnumName<BucketDtype>>& SpecEnumNames(BucketDtype);
 const std::vector<SpecEnumName<GradientCheckpointing>>& SpecEnumNames(GradientCheckpointing);
 const std::vector<SpecEnumName<LoraScope>>& SpecEnumNames(LoraScope);
+const std::vector<SpecEnumName<LauncherKind>>& SpecEnumNames(LauncherKind);
 
 // The spec's name of `value` ("v_prediction").
 template <typename E>
@@ -315,9 +319,9 @@ struct ResourceSpec {
   double rendezvous_timeout_seconds = 120;
   double hang_timeout_seconds = 0;  // 0: off; no progress for this long fails the attempt
   double peak_tflops = 0;           // dense bf16 peak of one GPU for MFU; 0: by the GPU's name
-  // Where the ranks run (docs/job-spec.md, "resources"): "" = adctld's default launcher,
-  // "local" = processes on adctld's host, "slurm" = one Slurm batch job per attempt.
-  std::string launcher;
+  // Where the ranks run (docs/job-spec.md, "resources"): kDefault = adctld's default launcher,
+  // local = processes on adctld's host, slurm = one Slurm batch job per attempt.
+  LauncherKind launcher = LauncherKind::kDefault;
   int64_t nodes = 1;          // slurm: nodes of the batch job; ranks per node = gpus / nodes
   int64_t gpus_per_node = 0;  // slurm: 0 = gpus / nodes; else gpus must be nodes × this
   // slurm: sbatch's --account, --partition, --qos, --time ("" = adctld's --slurm-* default)

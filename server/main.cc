@@ -38,6 +38,7 @@
 #include "server/grpc/worker_service.h"
 #include "server/http/http_server.h"
 #include "server/launcher/launcher.h"
+#include "server/launcher/launchers.h"
 #include "server/launcher/shepherd.h"
 #include "server/launcher/slurm_launcher.h"
 #include "server/metrics/job_metrics.h"
@@ -326,8 +327,6 @@ adctl::SupervisorOptions MakeSupervisorOptions(const adctl::AdctldFlags& f,
   if (!f.tls_cert.empty() && !c.open_access) {
     options.tls_ca = f.tls_ca.empty() ? f.tls_cert : f.tls_ca;
   }
-  options.default_launcher = f.default_launcher;
-  options.slurm = f.slurm;
   options.worker_ifname = f.worker_ifname;
   options.worker_env = c.worker_env;
   options.webhooks = c.webhooks;
@@ -508,14 +507,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   adctl::JobMetrics metrics(store->get());
-  adctl::LocalLauncher launcher;
+  // The launchers, one per kind (server/launcher/launchers.h).
+  adctl::Launchers launchers;
+  adctl::LocalLauncher local_launcher;
+  launchers.Add(&local_launcher);
   bool slurm_failed = false;
   std::unique_ptr<adctl::SlurmLauncher> slurm_launcher =
       StartSlurm(&flags.slurm, argv[0], &slurm_failed);
   if (slurm_failed) return 2;
+  if (slurm_launcher) {
+    launchers.Add(slurm_launcher.get());
+  } else {
+    launchers.AddUnavailable(adctl::LauncherKind::kSlurm,
+                             "start adctld with --slurm, or a `slurm:` section in its --config "
+                             "file");
+  }
+  launchers.SetDefault(adctl::SpecEnumValue<adctl::LauncherKind>(flags.default_launcher)
+                           .value_or(adctl::LauncherKind::kLocal));
   const adctl::SupervisorOptions options = MakeSupervisorOptions(flags, *config, devices);
-  adctl::Supervisor supervisor(options, store->get(), &launcher, &metrics, adctl::SystemClock(),
-                               slurm_launcher.get());
+  adctl::Supervisor supervisor(options, store->get(), launchers, &metrics);
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });
   adctl::JobQueries queries(store->get(), &supervisor);
   adctl::MotionExports exports(&queries, &supervisor.recorder());

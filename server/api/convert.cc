@@ -57,7 +57,7 @@ void JobToProto(const JobRecord& job, const std::string& wait_reason, v1::Job* o
   }
   p->set_last_checkpoint_step(job.progress.last_checkpoint_step);
   p->set_updated_at(job.progress.updated_at);
-  out->set_launcher(job.launcher);
+  out->set_launcher(Name(job.launcher));
   out->set_submitted_by(job.submitted_by);
   for (const std::string& id : job.after) out->add_after(id);
   out->set_after_any(job.after_any);
@@ -213,7 +213,7 @@ void ExportToProto(const MotionExport& e, v1::Export* out) {
 void PlanToProto(const SubmitPlan& plan, v1::SubmitPlan* out) {
   out->set_spec_yaml(plan.spec_yaml);
   out->set_ranks(plan.ranks);
-  out->set_launcher(plan.launcher);
+  out->set_launcher(Name(plan.launcher));
   out->set_global_batch(plan.global_batch);
   for (const std::string& d : plan.devices) out->add_devices(d);
   out->set_wait_reason(plan.wait_reason);

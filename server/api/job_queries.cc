@@ -30,7 +30,7 @@ Result<JobView> JobQueries::GetJob(const std::string& job_id, bool with_ranks) c
   JobView view;
   view.job = std::move(job.value());
   view.wait_reason = supervisor_->monitor().WaitReason(job_id);
-  view.cluster = supervisor_->monitor().ClusterJob(job_id, view.job.launcher, view.job.cluster_job);
+  view.cluster = supervisor_->monitor().ClusterJob(view.job.launcher, view.job.cluster_job);
   if (with_ranks && view.job.attempt > 0) {
     auto ranks = store_->ListRanks(job_id, view.job.attempt);
     if (ranks.ok()) {

@@ -8,6 +8,7 @@
 //   LocalLauncher (here)      fork/exec on this host, one shepherd per rank (below)
 //   SlurmLauncher             one Slurm batch job per attempt (slurm_launcher.h)
 //   ScriptedLauncher          a scripted process table (tests/server/fault_injection_test.cc)
+// adctld holds those it runs in a `Launchers` registry (launchers.h), by LauncherKind.
 //
 // `LocalLauncher`: each rank runs under a small shepherd: a forked copy of
 // adctld that makes itself a process-group leader, forks+execs the worker in that group, waits for
@@ -26,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 #include "server/launcher/process.h"
 
@@ -50,6 +52,7 @@ struct ClusterResources {
   int nodes = 1;
   int tasks_per_node = 1;  // ranks per node
   bool gpus = true;        // one GPU per task (--gpus-per-task=1); false: CPU tasks
+  int cpus_per_task = 0;   // CPU tasks: cores each (0: the cluster's default)
   std::string account;
   std::string partition;
   std::string qos;
@@ -107,8 +110,29 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
 
-  // "local" or "slurm": the name a spec's resources.launcher and the store use.
-  virtual std::string name() const = 0;
+  // The kind a spec's resources.launcher names; adctld has at most one launcher of each
+  // (launchers.h). name() is the spec's and the store's name of it ("local", "slurm").
+  virtual LauncherKind kind() const = 0;
+  std::string name() const { return Name(kind()); }
+
+  // --- What it runs. Whether the ranks run on adctld's own devices: adctld's scheduler places
+  // them (bounded by the host's devices; preemption and shrinking apply). Otherwise the cluster
+  // places them and an attempt is handed over as soon as the job is queued.
+  virtual bool OnAdctldDevices() const { return false; }
+  // Submit's checks of the spec's resources for this launcher; the error names the field.
+  virtual Status CheckResources(const ResourceSpec& resources) const {
+    (void)resources;
+    return Status::Ok();
+  }
+  // A cluster launcher: what an attempt asks of the cluster (AttemptLaunch::cluster), from the
+  // spec and the launcher's own defaults.
+  virtual ClusterResources Cluster(const ResourceSpec& resources, double grace_seconds) const {
+    (void)resources;
+    (void)grace_seconds;
+    return {};
+  }
+  // How events name the cluster's job of an attempt ("Slurm job").
+  virtual std::string ClusterJobNoun() const { return name() + " job"; }
 
   // --- Launch and signal.
   // Starts every rank of the attempt, or none (a failure ends what was started).
@@ -152,7 +176,9 @@ class Launcher {
 // (waitpid(-1): adctld is a child subreaper, so orphans of ranks are reaped too).
 class LocalLauncher : public Launcher {
  public:
-  std::string name() const override { return "local"; }
+  LauncherKind kind() const override { return LauncherKind::kLocal; }
+  bool OnAdctldDevices() const override { return true; }
+  Status CheckResources(const ResourceSpec& resources) const override;
   Result<LaunchedAttempt> LaunchAttempt(const AttemptLaunch& launch) override;
   Status Signal(const RankHandle& rank, int signal) override;
   bool ReapsItsRanks() const override { return true; }

@@ -139,6 +139,15 @@ void CloseFdsFrom(int first, int limit) {
   _exit(code);
 }
 
+Status LocalLauncher::CheckResources(const ResourceSpec& resources) const {
+  if (resources.nodes != 1 || resources.gpus_per_node != 0) {
+    return InvalidArgument(
+        "resources.nodes / resources.gpus_per_node: multi-node jobs need a cluster launcher "
+        "(resources.launcher: slurm); this job's launcher is local");
+  }
+  return Status::Ok();
+}
+
 Result<LaunchedAttempt> LocalLauncher::LaunchAttempt(const AttemptLaunch& launch) {
   LaunchedAttempt out;
   for (size_t rank = 0; rank < launch.ranks.size(); ++rank) {

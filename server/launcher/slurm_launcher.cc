@@ -282,6 +282,30 @@ ClusterJobInfo ParseSacctJob(const std::string& text) {
 
 SlurmLauncher::SlurmLauncher(SlurmOptions options) : options_(std::move(options)) {}
 
+Status SlurmLauncher::CheckResources(const ResourceSpec& resources) const {
+  if (resources.preemptible) {
+    return InvalidArgument(
+        "resources.preemptible: applies to jobs on adctld's own devices, and this job runs under "
+        "Slurm; Slurm preempts by its partition's rules");
+  }
+  return Status::Ok();
+}
+
+ClusterResources SlurmLauncher::Cluster(const ResourceSpec& resources, double grace_seconds) const {
+  ClusterResources c;
+  c.nodes = static_cast<int>(resources.nodes);
+  c.tasks_per_node = static_cast<int>(resources.gpus / resources.nodes);
+  c.gpus = options_.gpus;
+  c.cpus_per_task = options_.cpus_per_task;
+  c.account = resources.slurm_account;
+  c.partition = resources.slurm_partition;
+  c.qos = resources.slurm_qos;
+  c.time_limit = resources.slurm_time_limit;
+  c.extra_args = resources.slurm_extra_args;
+  c.grace_seconds = grace_seconds;
+  return c;
+}
+
 std::string SlurmLauncher::Tool(const std::string& name) const {
   return options_.bin_dir.empty() ? name : options_.bin_dir + "/" + name;
 }

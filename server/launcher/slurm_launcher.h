@@ -69,7 +69,10 @@ class SlurmLauncher : public Launcher {
  public:
   explicit SlurmLauncher(SlurmOptions options);
 
-  std::string name() const override { return "slurm"; }
+  LauncherKind kind() const override { return LauncherKind::kSlurm; }
+  Status CheckResources(const ResourceSpec& resources) const override;
+  ClusterResources Cluster(const ResourceSpec& resources, double grace_seconds) const override;
+  std::string ClusterJobNoun() const override { return "Slurm job"; }
   Result<LaunchedAttempt> LaunchAttempt(const AttemptLaunch& launch) override;
   Status Signal(const RankHandle& rank, int signal) override;
   bool ReapsItsRanks() const override { return false; }

@@ -430,7 +430,7 @@ JobRecord ReadJob(const Stmt& s) {
   j.checkpoint_dir = s.Text(27);
   j.progress.mfu_ratio = s.Double(28);
   j.rendezvous_timeout_seconds = s.Double(29);
-  j.launcher = s.Text(30);
+  j.launcher = SpecEnumValue<LauncherKind>(s.Text(30)).value_or(LauncherKind::kLocal);
   j.submitted_by = s.Text(31);
   j.progress.learning_rate = s.Double(32);
   j.progress.eval_loss = s.Double(33);
@@ -548,7 +548,7 @@ Status Store::InsertJob(const JobRecord& j, const std::string& by) {
   s.Bind(j.gpus).Bind(j.priority).Bind(j.max_restarts).Bind(j.grace_seconds);
   s.Bind(j.submitted_at).Bind(j.message).Bind(j.progress.total_steps);
   s.Bind(j.hang_timeout_seconds).Bind(j.checkpoint_dir).Bind(j.rendezvous_timeout_seconds);
-  s.Bind(j.launcher).Bind(by).Bind(JoinDevices(j.after)).Bind(j.after_any ? 1 : 0);
+  s.Bind(Name(j.launcher)).Bind(by).Bind(JoinDevices(j.after)).Bind(j.after_any ? 1 : 0);
   s.Bind(LabelsJson(j.labels));
   ADCTL_RETURN_IF_ERROR(s.Run());
   EventRecord e;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/job_spec.h"
 #include "common/metric_values.h"
 #include "common/status.h"
 #include "server/store/job_state.h"
@@ -66,9 +67,9 @@ struct JobRecord {
   std::string message;
   std::vector<std::string> devices;  // current attempt
   JobProgress progress;
-  std::string launcher = "local";  // "local" or "slurm" (resources.launcher or adctld's default)
-  std::string cluster_job;         // the current attempt's Slurm job id ("" : none)
-  std::string submitted_by;        // the submitting token's name ("owner" tokenless; "" unknown)
+  LauncherKind launcher = LauncherKind::kLocal;  // resources.launcher, adctld's default resolved
+  std::string cluster_job;                       // the current attempt's Slurm job id ("" : none)
+  std::string submitted_by;  // the submitting token's name ("owner" tokenless; "" unknown)
   // Jobs it waits for (adctl submit --after): it starts when they all SUCCEEDED (or, with
   // after_any, when they all ended) and fails without starting otherwise.
   std::vector<std::string> after;

@@ -33,10 +33,10 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
     recorder_->Transition(job.id, JobState::kFailed, message, end);
     return FailedPrecondition(message);
   };
-  Launcher* const launcher = LauncherFor(job.launcher);
+  Launcher* const launcher = launchers_.Find(job.launcher);
   if (launcher == nullptr) {
-    return fail("resources.launcher " + job.launcher +
-                ": this adctld has no such launcher (start it with --slurm)");
+    return fail("resources.launcher " + Name(job.launcher) + ": " +
+                launchers_.WhyMissing(job.launcher));
   }
   // The store's spec is the one copy; the rank reads this file, written from it, without the
   // launcher's fields and the webhooks (ClearCoordinatorFields).
@@ -50,7 +50,7 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   TransitionChanges c;
   std::string shrunk;  // how the launch differs from the spec's rank count
   std::shared_ptr<const JobSpec> spec = parsed.value();
-  if (static_cast<int>(devices.size()) != job.gpus && job.launcher == "local") {
+  if (static_cast<int>(devices.size()) != job.gpus && launcher->OnAdctldDevices()) {
     // A preempted job resuming on fewer ranks (resources.allow_shrink): the global batch is kept.
     auto resized = WithRankCount(*spec, static_cast<int64_t>(devices.size()), "resources.gpus");
     if (!resized.ok()) return fail("launch refused: " + resized.status().message());
@@ -105,30 +105,22 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
   input.devices = devices;
   input.host_slots = options_.devices.size();
   input.tls_ca = options_.tls_ca;
-  input.cluster = launcher != launcher_;
-  input.cluster_gpus = options_.slurm.gpus;
-  input.cpus_per_task = options_.slurm.cpus_per_task;
+  AttemptLaunch launch;
+  input.cluster = !launcher->OnAdctldDevices();
+  if (input.cluster) {
+    launch.cluster = launcher->Cluster(resources, job.grace_seconds);
+    input.cluster_gpus = launch.cluster.gpus;
+    input.cpus_per_task = launch.cluster.cpus_per_task;
+  }
   input.worker_ifname = options_.worker_ifname;
   input.worker_env = options_.worker_env;
   std::vector<std::string> inherited;
   for (char** e = environ; *e; ++e) inherited.emplace_back(*e);
-  AttemptLaunch launch;
   launch.job_id = job.id;
   launch.attempt = attempt;
   launch.job_dir = job.job_dir;
   launch.ranks = PlanAttemptLaunch(input, WorkerBaseEnvironment(inherited, input));
-  if (input.cluster) {
-    launch.cluster_argv = PlanClusterArgv(input);
-    launch.cluster.nodes = static_cast<int>(resources.nodes);
-    launch.cluster.tasks_per_node = static_cast<int>(resources.gpus / resources.nodes);
-    launch.cluster.gpus = options_.slurm.gpus;
-    launch.cluster.account = resources.slurm_account;
-    launch.cluster.partition = resources.slurm_partition;
-    launch.cluster.qos = resources.slurm_qos;
-    launch.cluster.time_limit = resources.slurm_time_limit;
-    launch.cluster.extra_args = resources.slurm_extra_args;
-    launch.cluster.grace_seconds = job.grace_seconds;
-  }
+  if (input.cluster) launch.cluster_argv = PlanClusterArgv(input);
   auto launched = launcher->LaunchAttempt(launch);
   if (!launched.ok()) {
     TransitionChanges end;
@@ -145,7 +137,8 @@ Status AttemptMonitor::LaunchLocked(const JobRecord& job, const std::vector<std:
     Status st = store_->SetAttemptClusterJob(job.id, attempt, a.cluster_job);
     if (!st.ok()) spdlog::error("job {}: cannot record cluster job: {}", job.id, st.ToString());
     recorder_->AddEvent(job.id, attempt, "launcher", "info",
-                        "attempt " + std::to_string(attempt) + " is Slurm job " + a.cluster_job);
+                        "attempt " + std::to_string(attempt) + " is " + launcher->ClusterJobNoun() +
+                            " " + a.cluster_job);
   }
   for (int rank = 0; rank < static_cast<int>(launched->ranks.size()); ++rank) {
     const RankHandle& h = launched->ranks[rank];

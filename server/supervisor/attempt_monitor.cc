@@ -58,24 +58,17 @@ void AttemptControl::Stop(double grace_seconds) {
 // ---------------------------------------------------------------------------------------------
 // AttemptMonitor.
 
-AttemptMonitor::AttemptMonitor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-                               JobRecorder* recorder, ChangeFeed* changes, Clock* clock,
-                               Launcher* slurm)
+AttemptMonitor::AttemptMonitor(const SupervisorOptions& options, Store* store, Launchers launchers,
+                               JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
     : options_(options),
       store_(store),
-      launcher_(launcher),
-      slurm_(slurm),
+      launchers_(std::move(launchers)),
       recorder_(recorder),
       changes_(changes),
       clock_(clock),
       device_unit_(DeviceUnit(options.devices)) {}
 
 AttemptMonitor::~AttemptMonitor() { StopThread(); }
-
-Launcher* AttemptMonitor::LauncherFor(const std::string& name) const {
-  if (name == "slurm") return slurm_;
-  return launcher_;
-}
 
 RankHandle AttemptMonitor::Handle(const RankProc& rank) {
   RankHandle h;
@@ -86,10 +79,8 @@ RankHandle AttemptMonitor::Handle(const RankProc& rank) {
   return h;
 }
 
-ClusterJobInfo AttemptMonitor::ClusterJob(const std::string& job_id, const std::string& launcher,
-                                          const std::string& cluster_job) {
-  (void)job_id;
-  Launcher* l = LauncherFor(launcher);
+ClusterJobInfo AttemptMonitor::ClusterJob(LauncherKind launcher, const std::string& cluster_job) {
+  Launcher* l = launchers_.Find(launcher);
   if (l == nullptr || cluster_job.empty()) return {};
   return l->Describe(cluster_job);  // the launcher has its own lock; mu_ is not needed
 }
@@ -212,7 +203,7 @@ void AttemptMonitor::ObserveRankLocked(Attempt* a, size_t index, double now) {
   if (!r.cluster_job.empty() && (!recorded.ok() || info.ended_by_cluster())) {
     // The rank's batch job ended under it (no exit file, or Slurm ended it: TIMEOUT,
     // NODE_FAIL, PREEMPTED): say how. Slurm's end is retryable, whatever the rank exited with.
-    message += " (Slurm job " + r.cluster_job +
+    message += " (" + a->launcher->ClusterJobNoun() + " " + r.cluster_job +
                (info.state.empty() ? std::string(": state unknown") : " ended " + info.state) +
                (info.reason.empty() || info.reason == "None" ? "" : ", " + info.reason) + ")";
     if (info.ended_by_cluster() && cls == ExitClass::kFatal) cls = ExitClass::kRetryable;
@@ -299,7 +290,10 @@ void AttemptMonitor::UpdateAttemptLocked(Attempt* a, double now) {
 void AttemptMonitor::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   if (changes_->closed()) return;
-  for (const EndedRank& ended : launcher_->Reap()) reaped_[ended.pgid] = ended.exit;
+  for (Launcher* launcher : launchers_.All()) {
+    if (!launcher->ReapsItsRanks()) continue;
+    for (const EndedRank& ended : launcher->Reap()) reaped_[ended.pgid] = ended.exit;
+  }
   const double now = clock_->Now();
   std::vector<std::string> relaunch;
   for (auto it = active_.begin(); it != active_.end();) {

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/launcher/launcher.h"
+#include "server/launcher/launchers.h"
 #include "server/scheduler/scheduler.h"
 #include "server/store/store.h"
 #include "server/supervisor/change_feed.h"
@@ -111,10 +112,9 @@ class AttemptControl {
 
 class AttemptMonitor {
  public:
-  // `slurm` may be null (no Slurm launcher configured).
-  AttemptMonitor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-                 JobRecorder* recorder, ChangeFeed* changes, Clock* clock,
-                 Launcher* slurm = nullptr);
+  // `launchers`: those adctld runs, by kind (each job's record names its kind).
+  AttemptMonitor(const SupervisorOptions& options, Store* store, Launchers launchers,
+                 JobRecorder* recorder, ChangeFeed* changes, Clock* clock);
   ~AttemptMonitor();
 
   // Adopts the attempts the store says exist (adctld restarted). Call once, before ticking.
@@ -150,8 +150,8 @@ class AttemptMonitor {
   // Whether each rank of `attempt` of the job still has processes (absent: not watched).
   std::map<int, bool> RanksAlive(const std::string& job_id, int attempt);
   // What the cluster says about the job's current batch job (slurm jobs; empty otherwise).
-  ClusterJobInfo ClusterJob(const std::string& job_id, const std::string& launcher,
-                            const std::string& cluster_job);
+  ClusterJobInfo ClusterJob(LauncherKind launcher, const std::string& cluster_job);
+  const Launchers& launchers() const { return launchers_; }
 
  private:
   friend class AttemptControl;
@@ -189,15 +189,12 @@ class AttemptMonitor {
   // Pauses `victim` (STARTING or RUNNING, preemptible) for `by`: PAUSING with preempted_by set
   // and its ranks told to checkpoint and stop; FinishAttemptLocked queues it again.
   void PreemptLocked(const JobRecord& victim, const JobRecord& by, double now);
-  // The launcher named `name` ("local", "slurm"); null when adctld has none by that name.
-  Launcher* LauncherFor(const std::string& name) const;
   static RankHandle Handle(const RankProc& rank);
 
   // Constant after construction.
   const SupervisorOptions options_;
   Store* const store_;
-  Launcher* const launcher_;  // local
-  Launcher* const slurm_;     // may be null
+  const Launchers launchers_;
   JobRecorder* const recorder_;
   ChangeFeed* const changes_;
   Clock* const clock_;

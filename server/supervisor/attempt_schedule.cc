@@ -61,7 +61,7 @@ void AttemptMonitor::DeviceSnapshotLocked(std::vector<std::string>* names,
                                           std::map<std::string, std::string>* busy) const {
   for (const Device& d : options_.devices) names->push_back(d.name);
   for (const auto& [id, a] : active_) {
-    if (a.launcher != launcher_) continue;  // a cluster job holds none of this host's devices
+    if (!a.launcher->OnAdctldDevices()) continue;  // cluster jobs hold none of this host's
     for (const auto& d : a.devices) (*busy)[d] = id;
   }
 }
@@ -69,8 +69,8 @@ void AttemptMonitor::DeviceSnapshotLocked(std::vector<std::string>* names,
 AttemptMonitor::PlannedPlacement AttemptMonitor::PlanPlacement(const JobRecord& job) {
   std::lock_guard<std::mutex> lock(mu_);
   PlannedPlacement plan;
-  if (job.launcher != "local") {
-    plan.wait_reason = "placed by " + job.launcher + " (submitted at once)";
+  if (!launchers_.OnAdctldDevices(job.launcher)) {
+    plan.wait_reason = "placed by " + Name(job.launcher) + " (submitted at once)";
     return plan;
   }
   auto jobs = store_->ListActiveJobs();
@@ -99,7 +99,7 @@ AttemptMonitor::PlannedPlacement AttemptMonitor::PlanPlacement(const JobRecord& 
   int64_t last_seq = 0;
   for (const JobRecord& j : jobs.value()) {
     last_seq = std::max(last_seq, j.seq);
-    if (j.state != JobState::kQueued || j.launcher != "local") continue;
+    if (j.state != JobState::kQueued || !launchers_.OnAdctldDevices(j.launcher)) continue;
     // A job still waiting for its dependencies holds no place in the queue.
     const bool waits = std::any_of(j.after.begin(), j.after.end(),
                                    [&](const std::string& id) { return active.count(id) > 0; });
@@ -118,7 +118,7 @@ std::vector<RunningJob> AttemptMonitor::RunningJobsLocked(const std::vector<JobR
   std::vector<RunningJob> out;
   for (const JobRecord& j : jobs) {
     auto a = active_.find(j.id);
-    if (a == active_.end() || a->second.launcher != launcher_ || a->second.devices.empty()) {
+    if (a == active_.end() || !a->second.launcher->OnAdctldDevices() || a->second.devices.empty()) {
       continue;
     }
     RunningJob r{j.id, j.priority, j.seq, false, a->second.teardown, a->second.devices};
@@ -184,10 +184,11 @@ void AttemptMonitor::ScheduleLocked() {
         continue;
       }
     }
-    if (j.launcher != "local") {
-      // The cluster's scheduler places these: submitted at once, one batch job per attempt.
+    if (!launchers_.OnAdctldDevices(j.launcher)) {
+      // The cluster's scheduler places these: submitted at once, one batch job per attempt
+      // (a launcher adctld no longer runs fails the launch, naming it).
       std::vector<std::string> ranks;
-      for (int r = 0; r < j.gpus; ++r) ranks.push_back(j.launcher + ":" + std::to_string(r));
+      for (int r = 0; r < j.gpus; ++r) ranks.push_back(Name(j.launcher) + ":" + std::to_string(r));
       Status st = LaunchLocked(j, ranks, /*is_restart=*/false);
       if (!st.ok()) spdlog::error("job {}: launch failed: {}", j.id, st.ToString());
       continue;

@@ -49,8 +49,6 @@ JobManager::JobManager(const SupervisorOptions& options, Store* store, AttemptMo
                        JobRecorder* recorder, ChangeFeed* changes, Clock* clock)
     : data_dir_(options.data_dir),
       paths_(options.paths),
-      default_launcher_(options.default_launcher),
-      slurm_enabled_(options.slurm.enabled),
       device_count_(options.devices.size()),
       device_unit_(DeviceUnit(options.devices)),
       devices_(options.devices),
@@ -68,27 +66,6 @@ Status JobManager::CheckRankCount(const std::string& field, int64_t gpus) const 
                            "s requested but this coordinator has " + std::to_string(device_count_));
   }
   return Status::Ok();
-}
-
-Result<std::string> JobManager::ChooseLauncher(const ResourceSpec& resources) const {
-  const std::string launcher = resources.launcher.empty() ? default_launcher_ : resources.launcher;
-  if (launcher == "slurm" && !slurm_enabled_) {
-    return InvalidArgument(
-        "resources.launcher: slurm, but this adctld has no Slurm launcher (start adctld with "
-        "--slurm, or a `slurm:` section in its --config file)");
-  }
-  if (launcher == "local" && (resources.nodes != 1 || resources.gpus_per_node != 0)) {
-    return InvalidArgument(
-        "resources.nodes / resources.gpus_per_node: multi-node jobs need "
-        "resources.launcher: slurm (this adctld's default launcher is " +
-        default_launcher_ + ")");
-  }
-  if (launcher == "slurm" && resources.preemptible) {
-    return InvalidArgument(
-        "resources.preemptible: applies to jobs on adctld's own devices, and this job runs under "
-        "Slurm (adctld's default launcher); Slurm preempts by its partition's rules");
-  }
-  return launcher;
 }
 
 Result<JobRecord> JobManager::EndRestartWait(AttemptControl* attempt, JobState to,
@@ -135,10 +112,10 @@ Result<JobManager::CheckedSubmit> JobManager::CheckSubmit(const SubmitRequest& r
     ADCTL_RETURN_IF_ERROR(CheckSubmitInputs(spec, inputs));
   }
   ADCTL_RETURN_IF_ERROR(CheckCheckpointDirFree(store_, spec.checkpoint.dir, ""));
-  auto launcher = ChooseLauncher(spec.resources);
+  auto launcher = monitor_->launchers().ForSpec(spec.resources);
   if (!launcher.ok()) return launcher.status();
-  // Slurm places the ranks: only local jobs are bounded by this host's devices.
-  if (*launcher == "local") {
+  // A cluster places its ranks: only jobs on adctld's devices are bounded by them.
+  if ((*launcher)->OnAdctldDevices()) {
     ADCTL_RETURN_IF_ERROR(CheckRankCount("resources.gpus", spec.resources.gpus));
   }
   const std::string yaml = JobSpecToYaml(spec);
@@ -163,7 +140,7 @@ Result<JobManager::CheckedSubmit> JobManager::CheckSubmit(const SubmitRequest& r
   CheckedSubmit checked;
   checked.yaml = yaml;
   checked.spec = std::move(spec);
-  checked.launcher = *launcher;
+  checked.launcher = (*launcher)->kind();
   checked.after = std::move(after);
   return checked;
 }
@@ -426,7 +403,9 @@ Result<JobRecord> JobManager::Resume(const std::string& job_id, std::optional<in
     std::string message = "resumed by " + who;
     std::optional<JobSpec> resized;  // the spec on the new rank count
     if (gpus && *gpus != job->gpus) {
-      if (job->launcher == "local") ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
+      if (monitor_->launchers().OnAdctldDevices(job->launcher)) {
+        ADCTL_RETURN_IF_ERROR(CheckRankCount("gpus", *gpus));
+      }
       auto parsed = recorder_->specs().Get(*job);
       if (!parsed.ok()) return parsed.status();
       auto s = WithRankCount(*parsed.value(), *gpus, "gpus");

@@ -58,7 +58,7 @@ struct SubmitRequest {
 struct SubmitPlan {
   std::string spec_yaml;  // the effective spec, as it would be stored
   int ranks = 0;
-  std::string launcher;
+  LauncherKind launcher = LauncherKind::kLocal;
   int64_t global_batch = 0;
   std::vector<std::string> devices;  // where it would start now (empty: it would wait)
   std::string wait_reason;
@@ -115,7 +115,7 @@ class JobManager {
   struct CheckedSubmit {
     JobSpec spec;  // the effective spec
     std::string yaml;
-    std::string launcher;
+    LauncherKind launcher = LauncherKind::kLocal;
     std::vector<std::string> after;  // deduplicated, each an existing job
   };
   // Submit's checks: the spec with the request's gpus, priority and webhooks, its paths, its
@@ -129,13 +129,8 @@ class JobManager {
   // InvalidArgument unless 1 <= gpus <= the coordinator's devices.
   Status CheckRankCount(const std::string& field, int64_t gpus) const;
 
-  // The launcher a spec's resources ask for, or the error that names what is missing.
-  Result<std::string> ChooseLauncher(const ResourceSpec& resources) const;
-
   const std::string data_dir_;
   const PathRoots paths_;
-  const std::string default_launcher_;
-  const bool slurm_enabled_;
   const size_t device_count_;
   const std::string device_unit_;
   const std::vector<Device> devices_;

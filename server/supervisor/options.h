@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "server/launcher/slurm_launcher.h"
 #include "server/notify/webhooks.h"
 #include "server/scheduler/device_inventory.h"
 #include "server/supervisor/path_policy.h"
@@ -26,9 +25,6 @@ struct SupervisorOptions {
   int tick_ms = 100;
   PathRoots paths;     // which files a job may name (--read-root, --write-root)
   std::string tls_ca;  // handed to ranks (ADCTL_TLS_CA) when adctld serves TLS
-  // Launchers: "local" or "slurm" for jobs whose spec names none (--launcher).
-  std::string default_launcher = "local";
-  SlurmOptions slurm;  // slurm.enabled: the slurm launcher exists
   // Network of multi-node ranks: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (--worker-ifname) and
   // more environment for every rank (--worker-env K=V), both unless the operator's environment
   // already sets the variable.

@@ -17,12 +17,12 @@ Status AttemptMonitor::Reconcile() {
   const double now = clock_->Now();
   for (const JobRecord& job : jobs.value()) {
     if (!HasLiveAttempt(job.state)) continue;
-    Attempt a = Attempt::Of(job, job.attempt, LauncherFor(job.launcher), job.devices, now);
+    Attempt a = Attempt::Of(job, job.attempt, launchers_.Find(job.launcher), job.devices, now);
     a.cluster_job = job.cluster_job;
     if (a.launcher == nullptr) {
-      const std::string message = "adctld restarted without the " + job.launcher +
-                                  " launcher this job's ranks run under (start it with "
-                                  "--slurm): attempt " +
+      const std::string message = "adctld restarted without the " + Name(job.launcher) +
+                                  " launcher this job's ranks run under (" +
+                                  launchers_.WhyMissing(job.launcher) + "): attempt " +
                                   std::to_string(job.attempt) + " is not watched";
       recorder_->AddEvent(job.id, job.attempt, "reconcile", "error", message);
       spdlog::error("job {}: {}", job.id, message);
@@ -64,17 +64,18 @@ Status AttemptMonitor::Reconcile() {
       if (!orphan.empty()) {
         a.launcher->EndAttempt(orphan);
         recorder_->AddEvent(job.id, job.attempt, "reconcile", "warning",
-                            "cancelled Slurm job " + orphan + " of the interrupted attempt " +
-                                std::to_string(job.attempt));
+                            "cancelled " + a.launcher->ClusterJobNoun() + " " + orphan +
+                                " of the interrupted attempt " + std::to_string(job.attempt));
       }
     }
     if (job.state == JobState::kCancelling || job.state == JobState::kPausing) {
       StartTeardownLocked(&a, job.grace_seconds, now);
     }
-    const std::string message = "adctld restarted: " + std::to_string(alive) + " of " +
-                                std::to_string(expected) + " rank(s) of attempt " +
-                                std::to_string(job.attempt) + " still alive, re-attached" +
-                                (a.cluster_job.empty() ? "" : " (Slurm job " + a.cluster_job + ")");
+    const std::string message =
+        "adctld restarted: " + std::to_string(alive) + " of " + std::to_string(expected) +
+        " rank(s) of attempt " + std::to_string(job.attempt) + " still alive, re-attached" +
+        (a.cluster_job.empty() ? ""
+                               : " (" + a.launcher->ClusterJobNoun() + " " + a.cluster_job + ")");
     recorder_->AddEvent(job.id, job.attempt, "reconcile", "info", message);
     spdlog::info("job {}: {}", job.id, message);
     active_[job.id] = std::move(a);

@@ -1,11 +1,13 @@
 #include "server/supervisor/supervisor.h"
 
+#include <utility>
+
 namespace adctl {
 
-Supervisor::Supervisor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-                       SupervisorObserver* observer, Clock* clock, Launcher* slurm)
+Supervisor::Supervisor(const SupervisorOptions& options, Store* store, Launchers launchers,
+                       SupervisorObserver* observer, Clock* clock)
     : recorder_(store, observer, &changes_),
-      monitor_(options, store, launcher, &recorder_, &changes_, clock, slurm),
+      monitor_(options, store, std::move(launchers), &recorder_, &changes_, clock),
       jobs_(options, store, &monitor_, &recorder_, &changes_, clock),
       workers_(store, &recorder_, &changes_, clock, options.heartbeat_interval_ms,
                options.metrics_max_points),

@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "server/launcher/launcher.h"
+#include "server/launcher/launchers.h"
 #include "server/store/store.h"
 #include "server/supervisor/attempt_monitor.h"
 #include "server/supervisor/change_feed.h"
@@ -30,10 +30,10 @@ namespace adctl {
 
 class Supervisor {
  public:
-  // `observer` may be null; `clock` defaults to the wall clock. `launcher` runs local jobs,
-  // `slurm` (null: none) the jobs whose launcher is "slurm".
-  Supervisor(const SupervisorOptions& options, Store* store, Launcher* launcher,
-             SupervisorObserver* observer, Clock* clock = SystemClock(), Launcher* slurm = nullptr);
+  // `observer` may be null; `clock` defaults to the wall clock. `launchers`: those adctld runs
+  // (not owned), with the default for specs that name none.
+  Supervisor(const SupervisorOptions& options, Store* store, Launchers launchers,
+             SupervisorObserver* observer, Clock* clock = SystemClock());
   ~Supervisor();
 
   Status Start();

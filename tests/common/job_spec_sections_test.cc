@@ -135,7 +135,7 @@ TEST(JobSpecTest, LauncherFieldsAreCheckedAndLeftOutOfRankCopies) {
       "resources: {launcher: slurm, nodes: 2, gpus_per_node: 4, gpus: 8, slurm_partition: gpu,"
       " slurm_extra_args: [--exclusive]}\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(spec->resources.launcher, "slurm");
+  EXPECT_EQ(spec->resources.launcher, LauncherKind::kSlurm);
   EXPECT_EQ(spec->resources.nodes, 2);
   const std::string yaml = JobSpecToYaml(spec.value());
   EXPECT_THAT(yaml, HasSubstr("slurm_partition: \"gpu\""));

@@ -200,7 +200,7 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
        "model.motion_norm: must be one of 'auto', 'across_frames', 'per_frame', got 'group'"},
       {{"model.preset_layout=v4"},
        "model.preset_layout: must be one of 'v1', 'v2', 'v3', got 'v4'"},
-      {{"model.preset=huge"}, "model.preset: must be one of '', 'tiny', 'sd15', got 'huge'"},
+      {{"model.preset=huge"}, "model.preset: must be one of 'tiny', 'sd15', got 'huge'"},
       {{"model.preset="}, "model: give a preset"},
       {{"model.unet2d=/m"}, "model.preset: 'tiny' cannot be combined"},
       {{"model.preset=", "model.unet2d=/a", "model.unet_motion=/b"},
@@ -374,7 +374,7 @@ TEST(JobSpecTest, EnumsParseToTypedValuesAndEmitTheirNames) {
 
 TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   JobSpec spec;  // the launcher fields are written when set
-  spec.resources.launcher = "slurm";
+  spec.resources.launcher = LauncherKind::kSlurm;
   spec.resources.nodes = 2;
   spec.resources.gpus_per_node = 1;
   spec.resources.gpus = 2;

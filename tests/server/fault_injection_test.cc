@@ -33,7 +33,8 @@ class ScriptedLauncher : public Launcher {
     std::vector<int> signals;
   };
 
-  std::string name() const override { return "local"; }
+  LauncherKind kind() const override { return LauncherKind::kLocal; }
+  bool OnAdctldDevices() const override { return true; }
   Result<LaunchedAttempt> LaunchAttempt(const AttemptLaunch& launch) override {
     LaunchedAttempt out;
     for (const RankLaunch& l : launch.ranks) {
@@ -126,7 +127,7 @@ class FaultInjectionTest : public ::testing::Test {
     o.coordinator_address = "127.0.0.1:1";
     o.devices = CpuSlots(2);
     o.restart_backoff_seconds = 2;
-    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr, &clock_);
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
     ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
   }
   void TearDown() override {
@@ -270,7 +271,7 @@ TEST_F(FaultInjectionTest, RestartedCoordinatorCountsARankThatVanishedAsKilled) 
   o.worker_binary = "/bin/false";
   o.devices = CpuSlots(2);
   o.restart_backoff_seconds = 2;
-  supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr, &clock_);
+  supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
   launcher_.DieWithoutATrace(1);
   ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
   EXPECT_TRUE(HasEvent(id, "adctld restarted: 1 of 2 rank(s) of attempt 1 still alive"));
@@ -307,7 +308,7 @@ TEST_F(FaultInjectionTest, SpecIsParsedOnceAcrossLaunchesAndAResizingResume) {
 
   // A restarted adctld parses each live job's stored spec once, on first use.
   supervisor_ =
-      std::make_unique<Supervisor>(supervisor_options_, store_.get(), &launcher_, nullptr, &clock_);
+      std::make_unique<Supervisor>(supervisor_options_, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
   ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
   ASSERT_TRUE(supervisor_->jobs().Pause(id, std::nullopt).ok());
   Tick();

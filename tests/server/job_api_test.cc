@@ -43,7 +43,7 @@ class JobApiTest : public ::testing::Test {
     o.data_dir = dir_;
     o.worker_binary = "/bin/false";
     o.devices = CpuSlots(1);
-    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr);
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
     exports_ = std::make_unique<MotionExports>(queries_.get(), &supervisor_->recorder());
     ASSERT_TRUE(access_.AddPlainToken("ci", Role::kAdmin, "s3cret-admin").ok());

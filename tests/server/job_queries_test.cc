@@ -28,7 +28,7 @@ class JobQueriesTest : public ::testing::Test {
     o.data_dir = dir_;
     o.worker_binary = "/bin/false";
     o.devices = CpuSlots(2);
-    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr);
     queries_ = std::make_unique<JobQueries>(store_.get(), supervisor_.get());
     SubmitRequest r;
     r.spec_yaml = "name: q\nmodel: {preset: tiny}\nresources: {gpus: 2}\n";

@@ -44,7 +44,7 @@ class SupervisorTest : public ::testing::Test {
     o.tick_ms = 20;
     o.restart_backoff_seconds = 0.05;
     Customize(&o);
-    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr);
     ASSERT_TRUE(supervisor_->Start().ok());
   }
   std::string Spec(const std::string& name, int gpus, int max_restarts = 0, double grace = 5,

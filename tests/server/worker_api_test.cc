@@ -33,7 +33,7 @@ class WorkerApiTest : public ::testing::Test {
     o.tick_ms = 20;
     o.heartbeat_interval_ms = 100;
     o.metrics_max_points = kMaxPoints;
-    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), &launcher_, nullptr);
+    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr);
     service_ = std::make_unique<WorkerServiceImpl>(&supervisor_->workers());
     // As adctld wires it: what ranks left undelivered is taken when their attempt ends.
     supervisor_->monitor().SetAttemptEndedHook(
