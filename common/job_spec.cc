@@ -1,4 +1,5 @@
-// Job spec: YAML ⇄ JobSpec, overrides and validation (docs/job-spec.md is the user's reference).
+// Job spec: YAML ⇄ JobSpec and overrides (docs/job-spec.md is the user's reference); the
+// validation is in job_spec_validate.cc.
 //
 // One list of fields (ForEachField) drives parsing, emission, equality and the set of known
 // keys, so a field added to the structs in job_spec.h needs exactly one line here (plus its

@@ -11,6 +11,8 @@
 
 #include "cli/commands/commands.h"
 #include "cli/render.h"
+#include "common/job_layout.h"
+#include "common/job_spec.h"
 
 namespace adctl::cli {
 namespace {
@@ -39,8 +41,13 @@ std::string CheckpointFolder(Client& client, const v1::Job& job) {
       if (c.step() == job.progress().last_checkpoint_step() || newest.empty()) newest = c.path();
     }
   }
-  if (newest.empty()) return job.job_dir() + "/checkpoints";
-  return std::filesystem::path(newest).parent_path().string();
+  if (!newest.empty()) return std::filesystem::path(newest).parent_path().string();
+  // None listed: where the job's layout puts them (checkpoint.dir when its spec sets one).
+  std::string spec_dir;
+  if (!job.spec_yaml().empty()) {
+    if (auto spec = ParseJobSpec(job.spec_yaml()); spec.ok()) spec_dir = spec->checkpoint.dir;
+  }
+  return JobLayout(job.job_dir()).checkpoints(spec_dir);
 }
 
 void PrintOutcome(Client& client, const v1::Job& job) {

@@ -251,16 +251,19 @@ std::string JobQueries::RankLogPath(const JobRecord& job, int attempt, int rank)
 }
 
 LogRead JobQueries::ReadRankLog(const JobRecord& job, int attempt, int rank, int64_t offset,
-                                size_t max_bytes) const {
+                                size_t max_bytes, int64_t tail_bytes) const {
   LogRead read;
+  read.offset = std::max<int64_t>(offset, 0);
   std::ifstream in(RankLogPath(job, attempt, rank), std::ios::binary);
   if (!in) return read;
   read.exists = true;
   in.seekg(0, std::ios::end);
   read.size = in.tellg();
-  if (offset < 0 || offset >= read.size) return read;
-  in.seekg(offset);
-  read.data.resize(std::min<int64_t>(read.size - offset, static_cast<int64_t>(max_bytes)));
+  if (tail_bytes > 0) read.offset = std::max<int64_t>(0, read.size - tail_bytes);
+  if (read.offset > read.size) read.offset = 0;  // replaced by a shorter log: from its start
+  if (read.offset == read.size) return read;
+  in.seekg(read.offset);
+  read.data.resize(std::min<int64_t>(read.size - read.offset, static_cast<int64_t>(max_bytes)));
   in.read(read.data.data(), static_cast<std::streamsize>(read.data.size()));
   read.data.resize(static_cast<size_t>(in.gcount()));
   return read;

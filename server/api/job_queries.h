@@ -62,11 +62,12 @@ struct ArtifactView {
   int64_t size_bytes = 0;
 };
 
-// One read of a rank's log: bytes from `offset` on.
+// One read of a rank's log (JobQueries::ReadRankLog).
 struct LogRead {
   bool exists = false;  // the log file is there
   int64_t size = 0;     // its size now
-  std::string data;     // at most max_bytes from the offset
+  int64_t offset = 0;   // where `data` starts
+  std::string data;     // at most max_bytes from `offset`
 };
 
 // What Watch has already delivered.
@@ -131,9 +132,11 @@ class JobQueries {
   Result<ArtifactView> Artifact(const std::string& job_id, const std::string& relative) const;
   // InvalidArgument unless the job has rank `rank` and attempt `attempt` (0: the current one).
   static Status CheckRankLogRef(const JobRecord& job, int attempt, int rank);
-  // Reads rank `rank`'s log of `attempt` from `offset`.
-  LogRead ReadRankLog(const JobRecord& job, int attempt, int rank, int64_t offset,
-                      size_t max_bytes) const;
+  // Reads rank `rank`'s log of `attempt` from `offset`, or, with tail_bytes > 0, its last
+  // tail_bytes bytes. A log now shorter than `offset` was replaced (truncated): it is read from
+  // the start. The one log reader of gRPC's StreamLogs and HTTP's /logs.
+  LogRead ReadRankLog(const JobRecord& job, int attempt, int rank, int64_t offset, size_t max_bytes,
+                      int64_t tail_bytes = 0) const;
   std::string RankLogPath(const JobRecord& job, int attempt, int rank) const;
   std::vector<DeviceStatus> Devices() const { return supervisor_->monitor().Devices(); }
 

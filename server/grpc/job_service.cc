@@ -262,14 +262,11 @@ grpc::Status JobServiceImpl::StreamLogs(grpc::ServerContext* ctx, const v1::Stre
     if (attempt == 0 && job.attempt > 0) attempt = job.attempt;
     bool at_eof = true;
     if (attempt > 0) {
-      LogRead read = queries_->ReadRankLog(job, attempt, req->rank(), std::max<int64_t>(offset, 0),
-                                           kLogChunkBytes);
+      // Opened first (offset -1): from the start, or its last tail_bytes.
+      LogRead read = queries_->ReadRankLog(job, attempt, req->rank(), offset, kLogChunkBytes,
+                                           offset < 0 ? req->tail_bytes() : 0);
       if (read.exists) {
-        if (offset < 0) {
-          offset = req->tail_bytes() > 0 ? std::max<int64_t>(0, read.size - req->tail_bytes()) : 0;
-          read = queries_->ReadRankLog(job, attempt, req->rank(), offset, kLogChunkBytes);
-        }
-        if (read.size < offset) offset = 0;  // truncated
+        offset = read.offset;
         if (!read.data.empty()) {
           at_eof = false;
           offset += static_cast<int64_t>(read.data.size());

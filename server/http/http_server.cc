@@ -471,23 +471,11 @@ void HttpServer::AddJobRoutes(httplib::Server& s) {
                                 {"data", ""}};
           if (chosen > 0) {
             LogRead read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), *offset,
-                                                 static_cast<size_t>(*max_bytes));
-            int64_t from = *offset;
-            if (read.exists && *tail_bytes > 0 && read.size > *tail_bytes) {
-              from = read.size - *tail_bytes;
-              read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), from,
-                                           static_cast<size_t>(*max_bytes));
-            }
-            // A log shorter than the offset was replaced (truncated): read it from the start.
-            if (read.exists && read.size < from) {
-              from = 0;
-              read = queries_->ReadRankLog(job, chosen, static_cast<int>(*rank), 0,
-                                           static_cast<size_t>(*max_bytes));
-            }
+                                                 static_cast<size_t>(*max_bytes), *tail_bytes);
             out["exists"] = read.exists;
-            out["offset"] = from;
+            out["offset"] = read.offset;
             out["size"] = read.size;
-            out["next_offset"] = from + static_cast<int64_t>(read.data.size());
+            out["next_offset"] = read.offset + static_cast<int64_t>(read.data.size());
             out["data"] = std::move(read.data);
           }
           out["job_state"] = JobStateName(job.state);

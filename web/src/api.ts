@@ -2,7 +2,8 @@
 // token and, when adctld answers 401, asks for the token once (kept in localStorage) and retries.
 //
 // Field names are the proto's (adctl.v1, preserve_proto_field_names); int64 fields arrive as
-// JSON strings (proto3 JSON mapping), hence `Int` and num().
+// JSON strings (proto3 JSON mapping), hence `Int` and num(). tests/web/api_types.mjs checks every
+// interface that mirrors a message against proto/adctl/v1/job_service.proto (ctest web_api_types).
 
 export type Int = string | number;
 
