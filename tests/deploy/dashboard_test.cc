@@ -7,28 +7,26 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "server/metrics/job_metrics.h"
 #include "tests/deploy/deploy_files.h"
+#include "tests/testing/temp_store.h"
 
 namespace adctl::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 // Every sample name adctld's exporter can produce (histograms: _bucket, _sum, _count).
 std::set<std::string> ExportedNames() {
-  char tmpl[] = "/tmp/adctl-deploy-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string dir = tmp.path();
   std::set<std::string> names;
   {
-    auto store = std::move(Store::Open(dir + "/adctl.db").value());
+    auto store = OpenTestStore(tmp);
     JobRecord j;
     j.id = "j-1";
     j.name = "tiny";
@@ -87,7 +85,6 @@ std::set<std::string> ExportedNames() {
       }
     }
   }
-  fs::remove_all(dir);
   return names;
 }
 

@@ -9,11 +9,8 @@
 //
 // Fails when prometheus is missing (scripts/install-deps installs it); skips only when no adworker
 // is available (a control-plane-only build without ADCTL_PREBUILT_ADWORKER).
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -25,6 +22,7 @@
 
 #include "tests/deploy/deploy_files.h"
 #include "tests/integration/harness.h"
+#include "tests/testing/free_port.h"
 
 namespace adctl::testing {
 namespace {
@@ -44,22 +42,6 @@ std::string Which(const std::string& name) {
     start = end + 1;
   }
   return "";
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // deploy/prometheus/prometheus.yml with 1 s intervals, absolute rule files and adctld at `target`.

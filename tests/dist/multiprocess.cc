@@ -10,9 +10,12 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "tests/testing/temp_dir.h"
 
 extern char** environ;
 
@@ -158,12 +161,15 @@ std::string Describe(const std::vector<RankOutcome>& outcomes) {
   return out.str();
 }
 
-std::string MakeTempDir(const std::string& stem) {
-  std::string pattern = GetEnv("TMPDIR", "/tmp") + "/adctl-" + stem + "-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
-  }
-  return pattern;
+std::string MakeTempDir(const std::string& /*stem*/) {
+  // Kept until the test program ends (its ranks have ended by then: RunRanks waits for them); a
+  // rank process makes none, so its exit removes nothing of the test's.
+  static std::vector<std::unique_ptr<TempDir>> dirs;
+  std::string error;
+  std::unique_ptr<TempDir> dir = TempDir::TryMake(::testing::TempDir(), &error);
+  if (dir == nullptr) throw std::runtime_error(error);
+  dirs.push_back(std::move(dir));
+  return dirs.back()->path();
 }
 
 std::string ReadFile(const std::string& path) {

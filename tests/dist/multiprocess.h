@@ -56,7 +56,8 @@ std::vector<RankOutcome> RunRanks(const std::string& role, int world_size, const
 // "rank 0: exit 0 after 1.2 s\n<log>" for each outcome: a test failure message.
 std::string Describe(const std::vector<RankOutcome>& outcomes);
 
-// A fresh directory under $TMPDIR (or /tmp).
+// A fresh directory (a TempDir under $TMPDIR, or /tmp), removed when the test program ends.
+// `stem` is no longer part of its name.
 std::string MakeTempDir(const std::string& stem);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& contents);

@@ -83,9 +83,12 @@ std::string ShellQuote(const std::string& s) {
 
 Coordinator::Coordinator(int cpu_slots, std::string token)
     : cpu_slots_(cpu_slots), token_(std::move(token)) {
-  char tmpl[] = "/tmp/adctl-it-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
-  dir_ = tmpl;
+  // Under /tmp whatever $TMPDIR says: adctld's Unix socket lives in it (a short path), and the
+  // tests that act as another local user must reach it.
+  std::string error;
+  tmp_ = TempDir::TryMake("/tmp", &error);
+  if (tmp_ == nullptr) throw std::runtime_error(error);
+  dir_ = tmp_->path();
 }
 
 Coordinator::~Coordinator() {
@@ -107,7 +110,7 @@ Coordinator::~Coordinator() {
     }
     Stop();
   }
-  if (!getenv("ADCTL_TEST_KEEP")) fs::remove_all(dir_);
+  // tmp_ removes the directory (unless ADCTL_TEST_KEEP is set).
 }
 
 void Coordinator::Start() {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/temp_dir.h"
+
 namespace adctl::testing {
 
 struct CommandResult {
@@ -79,6 +81,7 @@ class Coordinator {
   const std::string& http_address() const { return http_; }
 
  private:
+  std::unique_ptr<TempDir> tmp_;  // first: removed after adctld stopped
   std::string dir_;
   int cpu_slots_;
   std::string token_;

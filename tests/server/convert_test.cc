@@ -10,6 +10,8 @@
 #include <string>
 #include <type_traits>
 
+#include "tests/testing/temp_store.h"
+
 namespace adctl {
 namespace {
 
@@ -54,24 +56,22 @@ TEST(ConvertTest, MetricPointRoundTripsThroughTheStore) {
   });
   in.set_total_steps(10'000);  // > step, so the ETA is defined
 
-  char tmpl[] = "/tmp/adctl-convert-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  auto store = Store::Open(dir + "/adctl.db");
-  ASSERT_TRUE(store.ok());
+  const TempDir tmp;
+  const std::string dir = tmp.path();
+  auto store = OpenTestStore(tmp);
   JobRecord job;
   job.id = "j-1";
   job.name = "t";
   job.spec_yaml = "name: t\n";
   job.token = "x";
   job.job_dir = dir;
-  ASSERT_TRUE((*store)->InsertJob(job).ok());
+  ASSERT_TRUE(store->InsertJob(job).ok());
   MetricRecord m = MetricFromProto(in);
   m.job_id = "j-1";
   m.attempt = 1;
   m.rank = 2;
-  ASSERT_TRUE((*store)->AddMetrics({m}).ok());
-  auto stored = (*store)->ListMetrics("j-1", 0);
+  ASSERT_TRUE(store->AddMetrics({m}).ok());
+  auto stored = store->ListMetrics("j-1", 0);
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), 1u);
 
@@ -86,8 +86,6 @@ TEST(ConvertTest, MetricPointRoundTripsThroughTheStore) {
   out.clear_rank();
   out.clear_eta_seconds();
   EXPECT_EQ(out.SerializeAsString(), in.SerializeAsString()) << out.DebugString();
-  std::string cmd = "rm -rf " + dir;
-  (void)system(cmd.c_str());
 }
 
 // The ETA adds the validations still to render, each as long as the latest one took; a job

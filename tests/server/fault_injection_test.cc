@@ -12,6 +12,7 @@
 #include "common/job_layout.h"
 #include "common/job_spec.h"
 #include "server/supervisor/supervisor.h"
+#include "tests/testing/temp_store.h"
 
 namespace adctl {
 namespace {
@@ -117,24 +118,20 @@ class ScriptedLauncher : public Launcher {
 class FaultInjectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-faults-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    store_ = std::move(Store::Open(dir_ + "/adctl.db", &clock_).value());
+    store_ = OpenTestStore(tmp_, &clock_);
     SupervisorOptions& o = supervisor_options_;
     o.data_dir = dir_;
     o.worker_binary = "/bin/false";  // never executed: the launcher is scripted
     o.coordinator_address = "127.0.0.1:1";
     o.devices = CpuSlots(2);
     o.restart_backoff_seconds = 2;
-    supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
+    supervisor_ =
+        std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
     ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
   }
   void TearDown() override {
     supervisor_.reset();
     store_.reset();
-    std::string cmd = "rm -rf " + dir_;
-    (void)system(cmd.c_str());
   }
   std::string Submit(int ranks, int max_restarts, double grace) {
     SubmitRequest r;
@@ -154,7 +151,8 @@ class FaultInjectionTest : public ::testing::Test {
     return false;
   }
 
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   ManualClock clock_{1.0e9};  // the store's and the supervisor's time
   std::unique_ptr<Store> store_;
   ScriptedLauncher launcher_;
@@ -271,7 +269,8 @@ TEST_F(FaultInjectionTest, RestartedCoordinatorCountsARankThatVanishedAsKilled) 
   o.worker_binary = "/bin/false";
   o.devices = CpuSlots(2);
   o.restart_backoff_seconds = 2;
-  supervisor_ = std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
+  supervisor_ =
+      std::make_unique<Supervisor>(o, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
   launcher_.DieWithoutATrace(1);
   ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
   EXPECT_TRUE(HasEvent(id, "adctld restarted: 1 of 2 rank(s) of attempt 1 still alive"));
@@ -307,8 +306,8 @@ TEST_F(FaultInjectionTest, SpecIsParsedOnceAcrossLaunchesAndAResizingResume) {
   EXPECT_EQ(Job(id).gpus, 1);
 
   // A restarted adctld parses each live job's stored spec once, on first use.
-  supervisor_ =
-      std::make_unique<Supervisor>(supervisor_options_, store_.get(), Launchers{&launcher_}, nullptr, &clock_);
+  supervisor_ = std::make_unique<Supervisor>(supervisor_options_, store_.get(),
+                                             Launchers{&launcher_}, nullptr, &clock_);
   ASSERT_TRUE(supervisor_->monitor().Reconcile().ok());
   ASSERT_TRUE(supervisor_->jobs().Pause(id, std::nullopt).ok());
   Tick();

@@ -5,13 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 
 #include "adctl/v1/job_service.grpc.pb.h"
 #include "proto/grpc_status.h"
 #include "server/grpc/job_service.h"
 #include "server/supervisor/supervisor.h"
+#include "tests/testing/temp_store.h"
 
 namespace adctl {
 namespace {
@@ -35,10 +35,7 @@ TEST(StatusConvertTest, EveryCodeMapsAndRoundTrips) {
 class JobApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-jobapi-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    store_ = OpenTestStore(tmp_);
     SupervisorOptions o;
     o.data_dir = dir_;
     o.worker_binary = "/bin/false";
@@ -58,18 +55,15 @@ class JobApiTest : public ::testing::Test {
     stub_ = v1::JobService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                                         grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override {
-    server_->Shutdown();
-    std::string cmd = "rm -rf " + dir_;
-    (void)system(cmd.c_str());
-  }
+  void TearDown() override { server_->Shutdown(); }
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "s3cret-admin") {
     auto ctx = std::make_unique<grpc::ClientContext>();
     if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
     return ctx;
   }
 
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<Store> store_;
   LocalLauncher launcher_;
   std::unique_ptr<Supervisor> supervisor_;  // not started: jobs stay QUEUED
@@ -117,9 +111,8 @@ TEST_F(JobApiTest, EveryCallNeedsAKnownTokenOfARoleThatMayMakeIt) {
 }
 
 TEST(AccessPolicyTest, TokensFileHoldsHashesWithRolesAndErrorsNameTheEntry) {
-  char tmpl[] = "/tmp/adctl-tokens-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl, path = dir + "/tokens.yaml";
+  const TempDir tmp;
+  const std::string dir = tmp.path(), path = dir + "/tokens.yaml";
   const auto write = [&path](const std::string& text) {
     FILE* f = fopen(path.c_str(), "w");
     fputs(text.c_str(), f);
@@ -148,7 +141,6 @@ TEST(AccessPolicyTest, TokensFileHoldsHashesWithRolesAndErrorsNameTheEntry) {
   EXPECT_EQ(AccessPolicy::FromFile(dir + "/none.yaml").status().code(), StatusCode::kNotFound);
   // No tokens at all: open (adctld then binds loopback only).
   EXPECT_TRUE(AccessPolicy().Check("", Role::kAdmin).allowed());
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(JobApiTest, ErrorsUseTheRightCodeAndNameTheField) {

@@ -4,13 +4,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include "tests/testing/temp_store.h"
 
 namespace adctl {
 namespace {
@@ -21,10 +21,7 @@ using ::testing::Not;
 class JobMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-metrics-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    store_ = OpenTestStore(tmp_);
     JobRecord j;
     j.id = "j-1";
     j.name = "tiny";
@@ -45,7 +42,6 @@ class JobMetricsTest : public ::testing::Test {
     j.job_dir = dir_ + "/jobs/j-2";
     ASSERT_TRUE(store_->InsertJob(j).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   static MetricRecord Point(int rank, int64_t step) {
     MetricRecord m;
@@ -64,7 +60,8 @@ class JobMetricsTest : public ::testing::Test {
     return m;
   }
 
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<Store> store_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "common/job_layout.h"
 #include "server/api/convert.h"
+#include "tests/testing/temp_store.h"
 
 namespace adctl {
 namespace {
@@ -20,10 +21,7 @@ namespace fs = std::filesystem;
 class JobQueriesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-queries-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    store_ = OpenTestStore(tmp_);
     SupervisorOptions o;
     o.data_dir = dir_;
     o.worker_binary = "/bin/false";
@@ -36,16 +34,14 @@ class JobQueriesTest : public ::testing::Test {
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     job_ = job->first;
   }
-  void TearDown() override {
-    supervisor_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { supervisor_.reset(); }
   static void Write(const std::string& path, const std::string& text) {
     fs::create_directories(fs::path(path).parent_path());
     std::ofstream(path) << text;
   }
 
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<Store> store_;
   LocalLauncher launcher_;
   std::unique_ptr<Supervisor> supervisor_;

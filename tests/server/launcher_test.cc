@@ -12,21 +12,13 @@
 #include <thread>
 
 #include "server/launcher/process.h"
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
 
 class LauncherTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/adctl-launcher-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::string cmd = "rm -rf " + dir_;
-    (void)system(cmd.c_str());
-  }
   RankLaunch Shell(const std::string& script) {
     RankLaunch l;
     l.executable = "/bin/sh";
@@ -53,7 +45,8 @@ class LauncherTest : public ::testing::Test {
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   LocalLauncher launcher_;
 };
 

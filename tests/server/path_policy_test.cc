@@ -4,9 +4,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
+
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -17,19 +18,17 @@ namespace fs = std::filesystem;
 class PathPolicyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-paths-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     data_ = dir_ + "/data";
     for (const char* d : {"/data/jobs/j-other/checkpoints", "/models/sd15", "/out", "/secret"}) {
       fs::create_directories(dir_ + d);
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string Check(const JobSpec& spec, const PathRoots& roots = {}) {
     return CheckSpecPaths(spec, data_, roots).message();
   }
-  std::string dir_, data_;
+  TempDir tmp_;
+  const std::string dir_ = tmp_.path();
+  std::string data_;
 };
 
 TEST_F(PathPolicyTest, OutputsStayOutOfOtherJobsAndAdctldsOwnFiles) {

@@ -14,6 +14,7 @@
 #include "server/notify/webhooks.h"
 #include "tests/server/supervisor_fixture.h"
 #include "tests/server/webhook_receiver.h"
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -140,9 +141,8 @@ TEST(WebhookNotifierTest, PostReturnsWhileAReceiverHangs) {
 }
 
 TEST(WebhookOptionsTest, FlagsAreCheckedAndTheSecretIsTrimmed) {
-  char tmpl[] = "/tmp/adctl-webhook-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const TempDir tmp;
+  const std::string dir = tmp.path();
   std::ofstream(dir + "/secret") << "  s3cret\n";
   auto o = LoadWebhookOptions({"https://example.com/h"}, dir + "/secret", 4, 1.5);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
@@ -156,7 +156,6 @@ TEST(WebhookOptionsTest, FlagsAreCheckedAndTheSecretIsTrimmed) {
   EXPECT_NE(empty.status().message().find("is empty"), std::string::npos);
   auto missing = LoadWebhookOptions({}, dir + "/none", 5, 2);
   EXPECT_NE(missing.status().message().find("cannot be read"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 // The supervisor with adctld-wide webhooks and a secret.
@@ -239,7 +238,7 @@ TEST_F(QueueNotifyTest, ADryRunSaysWhereTheJobWouldStartOrWhyItWouldWaitAndCreat
   EXPECT_EQ(plan->devices, (std::vector<std::string>{"cpu0", "cpu1"}));
   EXPECT_EQ(plan->wait_reason, "");
   EXPECT_EQ(plan->ranks, 2);
-  EXPECT_EQ(plan->launcher, "local");
+  EXPECT_EQ(plan->launcher, LauncherKind::kLocal);
   EXPECT_EQ(plan->global_batch, 2);
   ASSERT_TRUE(plan->memory.has_value());
   EXPECT_GT(plan->memory->peak_bytes(), 0);

@@ -6,32 +6,25 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "server/launcher/process.h"
 #include "server/supervisor/supervisor.h"
+#include "tests/testing/temp_store.h"
 
 namespace adctl {
 
 class SupervisorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-supervisor-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto store = Store::Open(dir_ + "/adctl.db");
-    ASSERT_TRUE(store.ok());
-    store_ = std::move(store.value());
+    store_ = OpenTestStore(tmp_);
     StartSupervisor(2);
   }
   void TearDown() override {
     supervisor_.reset();
     store_.reset();
-    std::string cmd = "rm -rf " + dir_;
-    (void)system(cmd.c_str());
   }
   // More options for a test's supervisor (webhooks), before it starts.
   virtual void Customize(SupervisorOptions*) {}
@@ -85,7 +78,8 @@ class SupervisorTest : public ::testing::Test {
     return true;
   }
 
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<Store> store_;
   LocalLauncher launcher_;
   std::unique_ptr<Supervisor> supervisor_;

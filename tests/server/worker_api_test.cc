@@ -14,6 +14,7 @@
 #include "server/grpc/job_service.h"
 #include "server/grpc/worker_service.h"
 #include "server/supervisor/supervisor.h"
+#include "tests/testing/temp_store.h"
 #include "worker/report/coordinator_client.h"
 
 namespace adctl {
@@ -22,10 +23,7 @@ namespace {
 class WorkerApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/adctl-workerapi-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    store_ = std::move(Store::Open(dir_ + "/adctl.db").value());
+    store_ = OpenTestStore(tmp_);
     SupervisorOptions o;
     o.data_dir = dir_;
     o.worker_binary = ADCTL_FAKE_WORKER;
@@ -74,8 +72,6 @@ class WorkerApiTest : public ::testing::Test {
     }
     server_->Shutdown();
     supervisor_.reset();
-    std::string cmd = "rm -rf " + dir_;
-    (void)system(cmd.c_str());
   }
   std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
 
@@ -100,7 +96,8 @@ class WorkerApiTest : public ::testing::Test {
 
   static constexpr int64_t kMaxPoints = 20000;  // --metrics-max-points
 
-  std::string dir_;
+  TempDir tmp_;  // first: removed after everything that uses it
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<Store> store_;
   LocalLauncher launcher_;
   std::unique_ptr<Supervisor> supervisor_;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tests/integration/harness.h"
+#include "tests/testing/temp_dir.h"
 
 namespace adctl::testing {
 namespace {
@@ -37,17 +38,18 @@ class SlurmTest : public ::testing::Test {
       skip_ = "adworker is not built";
       return;
     }
-    char tmpl[] = "/tmp/adctl-slurm-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      skip_ = "mkdtemp failed";
+    // Under /tmp: the daemons' sockets and state live in it.
+    std::string error;
+    cluster_dir_ = TempDir::TryMake("/tmp", &error).release();
+    if (cluster_dir_ == nullptr) {
+      skip_ = error;
       return;
     }
-    cluster_dir_ = new std::string(tmpl);
     const auto start = std::chrono::steady_clock::now();
-    const std::string cmd = std::string(ADCTL_TEST_LOCAL_CLUSTER) + " start " + *cluster_dir_ +
-                            " 2>" + *cluster_dir_ + "/start.err";
+    const std::string cmd = std::string(ADCTL_TEST_LOCAL_CLUSTER) + " start " +
+                            cluster_dir_->path() + " 2>" + cluster_dir_->path() + "/start.err";
     const int rc = system(cmd.c_str());
-    const std::string err = ReadFile(*cluster_dir_ + "/start.err");
+    const std::string err = ReadFile(cluster_dir_->path() + "/start.err");
     if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
       skip_ = "the Slurm daemons cannot start here: " + err;
       return;
@@ -56,17 +58,16 @@ class SlurmTest : public ::testing::Test {
       failure_ = "local_cluster.sh start failed (" + std::to_string(rc) + "): " + err;
       return;
     }
-    setenv("SLURM_CONF", (*cluster_dir_ + "/slurm.conf").c_str(), 1);
+    setenv("SLURM_CONF", (cluster_dir_->path() + "/slurm.conf").c_str(), 1);
     std::printf("local Slurm up in %.1f s (%s)\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                cluster_dir_->c_str());
+                cluster_dir_->path().c_str());
   }
   static void TearDownTestSuite() {
     if (cluster_dir_ == nullptr) return;
-    const std::string cmd = std::string(ADCTL_TEST_LOCAL_CLUSTER) + " stop " + *cluster_dir_;
+    const std::string cmd = std::string(ADCTL_TEST_LOCAL_CLUSTER) + " stop " + cluster_dir_->path();
     (void)system(cmd.c_str());
-    if (!getenv("ADCTL_TEST_KEEP")) fs::remove_all(*cluster_dir_);
-    delete cluster_dir_;
+    delete cluster_dir_;  // removes the folder (unless ADCTL_TEST_KEEP is set)
     cluster_dir_ = nullptr;
   }
 
@@ -92,7 +93,7 @@ class SlurmTest : public ::testing::Test {
       }
     }
     for (const char* log : {"/ctld.log", "/d.log"}) {
-      const std::string text = ReadFile(*cluster_dir_ + log);
+      const std::string text = ReadFile(cluster_dir_->path() + log);
       std::printf("--- %s (tail)\n%s\n", log,
                   text.substr(text.size() > 3000 ? text.size() - 3000 : 0).c_str());
     }
@@ -115,13 +116,13 @@ class SlurmTest : public ::testing::Test {
 
   static std::string skip_;
   static std::string failure_;
-  static std::string* cluster_dir_;
+  static TempDir* cluster_dir_;
   std::unique_ptr<Coordinator> coordinator_;
 };
 
 std::string SlurmTest::skip_;
 std::string SlurmTest::failure_;
-std::string* SlurmTest::cluster_dir_ = nullptr;
+TempDir* SlurmTest::cluster_dir_ = nullptr;
 
 TEST_F(SlurmTest, TwoRankJobRunsToSucceededAsOneSlurmJob) {
   Coordinator& c = *coordinator_;
