@@ -59,12 +59,9 @@ class JsonlReporter : public Reporter {
     Write(line);
   }
   void OnCheckpoint(const CheckpointReport& r) override {
-    Write({{"event", "checkpoint"},
-           {"step", r.step},
-           {"path", r.path},
-           {"size_bytes", r.size_bytes},
-           {"save_seconds", r.save_seconds},
-           {"stall_seconds", r.stall_seconds}});
+    nlohmann::json line = {{"event", "checkpoint"}};
+    ForEachCheckpointValue(r, [&](const char* name, const auto& v) { line[name] = v; });
+    Write(line);
   }
   void OnEvent(EventLevel, const std::string& message) override {
     Write({{"event", "message"}, {"message", message}});
@@ -72,7 +69,9 @@ class JsonlReporter : public Reporter {
   void OnSamples(const SamplesReport& r) override {
     nlohmann::json files = nlohmann::json::array();
     for (const SampleFile& f : r.files) {
-      files.push_back({{"index", f.index}, {"prompt", f.prompt}, {"mp4", f.mp4}, {"gif", f.gif}});
+      nlohmann::json file;
+      ForEachSampleValue(f, [&](const char* name, const auto& v) { file[name] = v; });
+      files.push_back(std::move(file));
     }
     Write({{"event", "samples"}, {"step", r.step}, {"seconds", r.seconds}, {"files", files}});
   }

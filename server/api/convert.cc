@@ -6,6 +6,7 @@
 
 #include "common/job_spec.h"
 #include "proto/metric_point.h"
+#include "proto/record_values.h"
 #include "server/notify/webhooks.h"
 
 namespace adctl {
@@ -136,12 +137,8 @@ void JobViewToProto(const JobView& view, v1::Job* out) {
 }
 
 void CheckpointToProto(const CheckpointView& checkpoint, v1::Checkpoint* out) {
-  out->set_step(checkpoint.step);
-  out->set_path(checkpoint.path);
-  out->set_size_bytes(checkpoint.size_bytes);
+  ValuesToProto(checkpoint, kCheckpointValues, out);
   out->set_created_at(checkpoint.created_at);
-  out->set_save_seconds(checkpoint.save_seconds);
-  out->set_stall_seconds(checkpoint.stall_seconds);
   out->set_attempt(checkpoint.attempt);
   out->set_on_disk(checkpoint.on_disk);
   out->set_pinned(checkpoint.pinned);
@@ -160,27 +157,17 @@ void DeviceToProto(const DeviceStatus& d, v1::Device* out) {
 
 void SampleToProto(const SampleView& view, v1::Sample* out) {
   const SampleRecord& s = view.sample;
-  out->set_step(s.step);
-  out->set_index(s.index);
-  out->set_prompt(s.prompt);
-  out->set_mp4(s.mp4);
-  out->set_gif(s.gif);
+  ValuesToProto(s, kSampleValues, out);
   out->set_attempt(s.attempt);
   out->set_created_at(s.created_at);
-  out->set_render_seconds(s.render_seconds);
   out->set_on_disk(view.on_disk);
 }
 
 SampleRecord SampleFromProto(const v1::Sample& p) {
   SampleRecord s;
-  s.step = p.step();
-  s.index = p.index();
-  s.prompt = p.prompt();
-  s.mp4 = p.mp4();
-  s.gif = p.gif();
+  ValuesFromProto(p, kSampleValues, &s);
   s.attempt = p.attempt();
   s.created_at = p.created_at();
-  s.render_seconds = p.render_seconds();
   return s;
 }
 

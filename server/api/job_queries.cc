@@ -170,12 +170,8 @@ Result<std::vector<CheckpointView>> JobQueries::ListCheckpoints(const std::strin
   if (auto reported = store_->ListCheckpoints(job_id); reported.ok()) {
     for (const CheckpointRecord& c : reported.value()) {
       CheckpointView& out = by_step[c.step];
-      out.step = c.step;
-      out.path = c.path;
-      out.size_bytes = c.size_bytes;
+      static_cast<CheckpointValues&>(out) = c;
       out.created_at = c.created_at;
-      out.save_seconds = c.save_seconds;
-      out.stall_seconds = c.stall_seconds;
       out.attempt = c.attempt;
     }
   }

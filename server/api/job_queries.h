@@ -36,15 +36,11 @@ struct JobView {
 };
 
 // A checkpoint as the store recorded it, as found on disk, or both.
-struct CheckpointView {
-  int64_t step = 0;
+// Its values (common/record_values.h) as rank 0 reported them: save and stall times are 0 for
+// a checkpoint only found on disk.
+struct CheckpointView : CheckpointValues {
   int attempt = 0;
-  std::string path;
-  int64_t size_bytes = 0;
   double created_at = 0;
-  // As rank 0 reported them; 0 for a checkpoint only found on disk.
-  double save_seconds = 0;
-  double stall_seconds = 0;
   bool on_disk = false;
   bool pinned = false;  // adctl ckpt pin: retention keeps it
 };

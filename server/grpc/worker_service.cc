@@ -6,6 +6,7 @@
 #include "common/job_layout.h"
 #include "common/worker_contract.h"
 #include "proto/grpc_status.h"
+#include "proto/record_values.h"
 #include "server/api/convert.h"
 #include "server/auth/access_policy.h"
 #include "server/grpc/job_service.h"
@@ -119,11 +120,7 @@ Status WorkerServiceImpl::DeliverEvents(
         break;
       case v1::WorkerEvent::KIND_CHECKPOINT: {
         CheckpointRecord c;
-        c.step = e.checkpoint().step();
-        c.path = e.checkpoint().path();
-        c.size_bytes = e.checkpoint().size_bytes();
-        c.save_seconds = e.checkpoint().save_seconds();
-        c.stall_seconds = e.checkpoint().stall_seconds();
+        ValuesFromProto(e.checkpoint(), kCheckpointValues, &c);
         c.created_at = e.time();
         st = hub_->ReportCheckpoint(ref.job_id(), ref.attempt(), ref.rank(), c);
         if (st.code() == StatusCode::kPermissionDenied) {

@@ -2,7 +2,7 @@
 // checkpoints and the rendezvous key-value store.
 //
 // SQLite in WAL mode with foreign keys on, a busy timeout, and versioned migrations
-// (PRAGMA user_version; see kMigrations in store.cc). Every job state change goes through
+// (PRAGMA user_version; see store_schema.cc). Every job state change goes through
 // `Transition`, which checks the move against job_state.h and writes the new state and its
 // event row in one transaction. Thread-safe: one connection guarded by a mutex (adctld's write
 // rate is a few rows per training step, far below what one connection serves).
@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/metric_values.h"
+#include "common/record_values.h"
 #include "common/status.h"
 #include "server/store/job_state.h"
 
@@ -139,27 +140,18 @@ struct MetricRecord : MetricValues {
   int rank = 0;
 };
 
-struct CheckpointRecord {
+// A checkpoint as rank 0 reported it: its values (common/record_values.h, the table's columns
+// of the same names) and who reported it when.
+struct CheckpointRecord : CheckpointValues {
   std::string job_id;
   int attempt = 0;
-  int64_t step = 0;
-  std::string path;
-  int64_t size_bytes = 0;
-  double save_seconds = 0;   // writing, hashing and committing it (in the background)
-  double stall_seconds = 0;  // training time it took (copying the state to host memory)
   double created_at = 0;
 };
 
 // One validation sample file pair (or a step's grid), as rank 0 reported it.
-struct SampleRecord {
+struct SampleRecord : SampleValues {
   std::string job_id;
   int attempt = 0;
-  int64_t step = 0;
-  int index = 0;  // prompt index; -1: the grid
-  std::string prompt;
-  std::string mp4;  // relative to the job directory
-  std::string gif;
-  double render_seconds = 0;
   double created_at = 0;
 };
 

@@ -6,7 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <set>
 #include <string>
+
+#include "server/store/statement.h"
 
 namespace adctl {
 namespace {
@@ -131,7 +134,7 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   EXPECT_EQ(store_->schema_version(), 16);
   ASSERT_TRUE(store_->InsertJob(NewJob("j-old")).ok());
   EXPECT_EQ(store_->GetJob("j-old")->hang_timeout_seconds, 0);
-  EXPECT_EQ(store_->GetJob("j-old")->launcher, "local");
+  EXPECT_EQ(store_->GetJob("j-old")->launcher, LauncherKind::kLocal);
   EXPECT_EQ(store_->GetJob("j-old")->cluster_job, "");
   EXPECT_TRUE(store_->GetJob("j-old")->after.empty());  // migration 15
   auto chained = NewJob("j-next");
@@ -445,6 +448,252 @@ TEST_F(StoreTest, ThinningBoundsTheMetricHistoryAndKeepsRecentSteps) {
   EXPECT_LE(store_->ListMetrics("j-1", 0, 0)->size(), 400u);
   EXPECT_EQ(store_->ListMetrics("j-1", 0, 0)->back().step, 1000);
   EXPECT_EQ(store_->GetJob("j-1")->progress.step, 1000);
+}
+
+// Rows are read by the names the SELECT gives its columns, wherever they stand; a name the result
+// lacks (or has twice) is an error that names it, not a read of some other column.
+TEST(StatementTest, ReadsRowsByColumnNameAndNamesAnUnknownColumn) {
+  using store_internal::NoBinds;
+  using store_internal::Query;
+  using store_internal::QueryRow;
+  using store_internal::Stmt;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE t (a INTEGER, b TEXT, c REAL); "
+                         "INSERT INTO t VALUES (1, 'one', 1.5), (2, NULL, 2.5);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  struct Row {
+    int64_t a;
+    std::string b;
+    bool b_null;
+    double c;
+  };
+  const auto read = [](const Stmt& s) {
+    return Row{s.Int("a"), s.Text("b"), s.IsNull("b"), s.Double("c")};
+  };
+  auto rows = Query(
+      db, "SELECT c, b, a FROM t WHERE a >= ? ORDER BY a", [](Stmt& s) { s.Bind(1); }, read);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].a, 1);
+  EXPECT_EQ((*rows)[0].b, "one");
+  EXPECT_FALSE((*rows)[0].b_null);
+  EXPECT_EQ((*rows)[0].c, 1.5);
+  EXPECT_TRUE((*rows)[1].b_null);
+  auto aliased = QueryRow(db, "SELECT COUNT(*) AS n FROM t", NoBinds,
+                          [](const Stmt& s) { return s.Int("n"); });
+  ASSERT_TRUE(aliased.ok());
+  EXPECT_EQ(aliased->value_or(0), 2);
+  auto none = QueryRow(db, "SELECT a FROM t WHERE a > 5", NoBinds,
+                       [](const Stmt& s) { return s.Int("a"); });
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  auto unknown = Query(db, "SELECT a, b FROM t", NoBinds, read);  // no column c
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInternal);
+  EXPECT_NE(unknown.status().message().find("column 'c' is not in the result of \"SELECT a, b"),
+            std::string::npos)
+      << unknown.status().message();
+  auto twice = QueryRow(db, "SELECT a, b, c, a + 1 AS a FROM t", NoBinds, read);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("column 'a' appears twice"), std::string::npos)
+      << twice.status().message();
+  auto bad_sql = Query(db, "SELECT nope FROM t", NoBinds, read);
+  EXPECT_EQ(bad_sql.status().code(), StatusCode::kInternal);
+  sqlite3_close(db);
+}
+
+// Every JobRecord and AttemptRecord field reads back from its own column.
+TEST_F(StoreTest, EveryJobFieldReadsBackFromItsColumn) {
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-0")).ok());
+  JobRecord j = NewJob("j-all", "sub-1");
+  j.priority = 3;
+  j.max_restarts = 4;
+  j.grace_seconds = 45;
+  j.hang_timeout_seconds = 90;
+  j.rendezvous_timeout_seconds = 30;
+  j.checkpoint_dir = "/ckpt";
+  j.message = "queued";
+  j.progress.total_steps = 100;
+  j.launcher = LauncherKind::kSlurm;
+  j.after = {"j-0"};
+  j.after_any = true;
+  j.labels = {{"team", "motion"}};
+  ASSERT_TRUE(store_->InsertJob(j, "alice").ok());
+  TransitionChanges start;
+  start.attempt = 1;
+  start.attempt_token_sha256 = "abc123";
+  start.devices = std::vector<std::string>{"cuda:0", "cuda:1", "cuda:2"};
+  start.restarts = 2;
+  start.gpus = 3;
+  start.spec_yaml = "name: t2\n";
+  start.started_at = 11.5;
+  start.preempted_by = "j-9";
+  ASSERT_TRUE(
+      store_->Transition("j-all", JobState::kQueued, JobState::kStarting, "go", start).ok());
+  ASSERT_TRUE(store_->SetAttemptClusterJob("j-all", 1, "4242").ok());
+  MetricRecord m;
+  m.job_id = "j-all";
+  m.attempt = 1;
+  m.step = 7;
+  m.total_steps = 100;
+  m.time = 12.25;
+  m.loss = 0.5;
+  m.learning_rate = 1e-4;
+  m.clips_per_second = 3.5;
+  m.step_seconds = 0.75;
+  m.mfu_ratio = 0.4;
+  m.eval_loss = 0.25;
+  ASSERT_TRUE(store_->AddMetrics({m}).ok());
+  CheckpointRecord ck;
+  ck.job_id = "j-all";
+  ck.attempt = 1;
+  ck.step = 6;
+  ASSERT_TRUE(store_->AddCheckpoint(ck).ok());
+  SampleRecord grid;
+  grid.job_id = "j-all";
+  grid.step = 6;
+  grid.index = -1;
+  grid.render_seconds = 8;
+  ASSERT_TRUE(store_->AddSamples({grid}).ok());
+
+  auto got = store_->GetJob("j-all");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->id, "j-all");
+  EXPECT_EQ(got->seq, 2);
+  EXPECT_EQ(got->name, "t");
+  EXPECT_EQ(got->submission_id, "sub-1");
+  EXPECT_EQ(got->spec_yaml, "name: t2\n");
+  EXPECT_EQ(got->token, "secret");
+  EXPECT_EQ(got->job_dir, j.job_dir);
+  EXPECT_EQ(got->state, JobState::kStarting);
+  EXPECT_EQ(got->gpus, 3);
+  EXPECT_EQ(got->priority, 3);
+  EXPECT_EQ(got->attempt, 1);
+  EXPECT_EQ(got->restarts, 2);
+  EXPECT_EQ(got->max_restarts, 4);
+  EXPECT_EQ(got->grace_seconds, 45);
+  EXPECT_EQ(got->hang_timeout_seconds, 90);
+  EXPECT_EQ(got->rendezvous_timeout_seconds, 30);
+  EXPECT_EQ(got->checkpoint_dir, "/ckpt");
+  EXPECT_EQ(got->submitted_at, j.submitted_at);
+  EXPECT_EQ(got->started_at, 11.5);
+  EXPECT_EQ(got->finished_at, 0);
+  EXPECT_EQ(got->message, "go");
+  EXPECT_EQ(got->devices, (std::vector<std::string>{"cuda:0", "cuda:1", "cuda:2"}));
+  EXPECT_EQ(got->progress.step, 7);
+  EXPECT_EQ(got->progress.total_steps, 100);
+  EXPECT_EQ(got->progress.loss, 0.5);
+  EXPECT_EQ(got->progress.clips_per_second, 3.5);
+  EXPECT_EQ(got->progress.step_seconds, 0.75);
+  EXPECT_EQ(got->progress.last_checkpoint_step, 6);
+  EXPECT_EQ(got->progress.updated_at, 12.25);
+  EXPECT_EQ(got->progress.mfu_ratio, 0.4);
+  EXPECT_EQ(got->progress.learning_rate, 1e-4);
+  EXPECT_EQ(got->progress.eval_loss, 0.25);
+  EXPECT_EQ(got->progress.eval_step, 7);
+  EXPECT_EQ(got->progress.validation_seconds, 8);
+  EXPECT_EQ(got->launcher, LauncherKind::kSlurm);
+  EXPECT_EQ(got->cluster_job, "4242");
+  EXPECT_EQ(got->submitted_by, "alice");
+  EXPECT_EQ(got->after, (std::vector<std::string>{"j-0"}));
+  EXPECT_TRUE(got->after_any);
+  EXPECT_EQ(got->labels, j.labels);
+  EXPECT_EQ(got->preempted_by, "j-9");
+  auto by_submission = store_->FindJobBySubmissionId("sub-1");
+  ASSERT_TRUE(by_submission.ok());
+  ASSERT_TRUE(by_submission->has_value());
+  EXPECT_EQ((*by_submission)->cluster_job, "4242");
+
+  auto attempt = store_->GetAttempt("j-all", 1);
+  ASSERT_TRUE(attempt.ok()) << attempt.status().ToString();
+  EXPECT_EQ(attempt->world_size, 3);
+  EXPECT_EQ(attempt->devices, got->devices);
+  EXPECT_GT(attempt->started_at, 0);
+  EXPECT_EQ(attempt->ended_at, 0);
+  EXPECT_EQ(attempt->token_sha256, "abc123");
+  EXPECT_EQ(attempt->cluster_job, "4242");
+  EXPECT_EQ(store_->GetAttempt("j-all", 2).status().code(), StatusCode::kNotFound);
+}
+
+// The readers no other test of this file reaches: counts by state, each rank's newest point
+// (with its per-timestep eval), pins, a rank's last error, and a checkpoint's every field.
+TEST_F(StoreTest, CountsLatestPointsPinsAndRankErrors) {
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(store_->InsertJob(NewJob("j-" + std::to_string(i))).ok());
+  }
+  ASSERT_TRUE(store_->Transition("j-3", std::nullopt, JobState::kCancelled, "c").ok());
+  auto counts = store_->CountJobsByState();
+  ASSERT_TRUE(counts.ok()) << counts.status().ToString();
+  EXPECT_EQ(*counts, (std::vector<std::pair<JobState, int64_t>>{{JobState::kQueued, 2},
+                                                                {JobState::kCancelled, 1}}));
+
+  std::vector<MetricRecord> points;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int step = 1; step <= 3; ++step) {
+      MetricRecord m;
+      m.job_id = "j-1";
+      m.attempt = 1;
+      m.rank = rank;
+      m.step = step;
+      m.samples_seen = 10 * step + rank;
+      if (step == 3) m.eval_by_timestep = {{100, 0.5}, {900, 0.125}};
+      points.push_back(m);
+    }
+  }
+  ASSERT_TRUE(store_->AddMetrics(points).ok());
+  auto latest = store_->LatestMetricsPerRank("j-1");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_EQ(latest->size(), 2u);
+  EXPECT_EQ((*latest)[1].rank, 1);
+  EXPECT_EQ((*latest)[1].attempt, 1);
+  EXPECT_EQ((*latest)[1].step, 3);
+  EXPECT_EQ((*latest)[1].samples_seen, 31);
+  EXPECT_GT((*latest)[1].id, (*latest)[0].id);
+  EXPECT_EQ((*latest)[1].eval_by_timestep,
+            (std::vector<std::pair<int64_t, double>>{{100, 0.5}, {900, 0.125}}));
+
+  CheckpointRecord ck;
+  ck.job_id = "j-1";
+  ck.attempt = 1;
+  ck.step = 4;
+  ck.path = "/x/step-000004";
+  ck.size_bytes = 1234;
+  ck.save_seconds = 2.5;
+  ck.stall_seconds = 0.25;
+  ck.created_at = 99;
+  ASSERT_TRUE(store_->AddCheckpoint(ck).ok());
+  auto checkpoints = store_->ListCheckpoints("j-1");
+  ASSERT_TRUE(checkpoints.ok());
+  ASSERT_EQ(checkpoints->size(), 1u);
+  EXPECT_EQ((*checkpoints)[0].step, 4);
+  EXPECT_EQ((*checkpoints)[0].attempt, 1);
+  EXPECT_EQ((*checkpoints)[0].path, "/x/step-000004");
+  EXPECT_EQ((*checkpoints)[0].size_bytes, 1234);
+  EXPECT_EQ((*checkpoints)[0].save_seconds, 2.5);
+  EXPECT_EQ((*checkpoints)[0].stall_seconds, 0.25);
+  EXPECT_EQ((*checkpoints)[0].created_at, 99);
+  ASSERT_TRUE(store_->SetCheckpointPin("j-1", 4, true, "alice").ok());
+  ASSERT_TRUE(store_->SetCheckpointPin("j-1", 2, true, "alice").ok());
+  EXPECT_EQ(*store_->ListCheckpointPins("j-1"), (std::set<int64_t>{2, 4}));
+  ASSERT_TRUE(store_->SetCheckpointPin("j-1", 2, false, "alice").ok());
+  EXPECT_EQ(*store_->ListCheckpointPins("j-1"), (std::set<int64_t>{4}));
+
+  EXPECT_EQ(*store_->LastRankError("j-1", 1, 1), "");
+  for (const char* message : {"rank 1: out of memory", "rank 1: NCCL timeout", "rank 0: other"}) {
+    EventRecord e;
+    e.job_id = "j-1";
+    e.attempt = 1;
+    e.kind = "worker";
+    e.level = "error";
+    e.message = message;
+    ASSERT_TRUE(store_->AddEvent(e).ok());
+  }
+  EXPECT_EQ(*store_->LastRankError("j-1", 1, 1), "NCCL timeout");
+  EXPECT_EQ(*store_->LastRankError("j-1", 2, 1), "");
 }
 
 TEST_F(StoreTest, SurvivesReopen) {

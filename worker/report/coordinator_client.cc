@@ -14,6 +14,7 @@
 #include "proto/channel_credentials.h"
 #include "proto/grpc_status.h"
 #include "proto/metric_point.h"
+#include "proto/record_values.h"
 
 namespace adctl {
 
@@ -195,11 +196,7 @@ void CoordinatorClient::OnCheckpoint(const CheckpointReport& r) {
   e.set_time(NowSeconds());
   e.set_message("checkpoint step " + std::to_string(r.step));
   v1::Checkpoint* c = e.mutable_checkpoint();
-  c->set_step(r.step);
-  c->set_path(r.path);
-  c->set_size_bytes(r.size_bytes);
-  c->set_save_seconds(r.save_seconds);
-  c->set_stall_seconds(r.stall_seconds);
+  ValuesToProto(r, kCheckpointValues, c);
   c->set_created_at(NowSeconds());
   c->set_attempt(ref_.attempt());
   c->set_on_disk(true);
@@ -223,14 +220,11 @@ void CoordinatorClient::OnSamples(const SamplesReport& r) {
   e.set_message(DescribeSamples(r));
   for (const SampleFile& f : r.files) {
     v1::Sample* s = e.add_samples();
+    ValuesToProto(f, kSampleValues, s);
     s->set_step(r.step);
-    s->set_index(f.index);
-    s->set_prompt(f.prompt);
-    s->set_mp4(f.mp4);
-    s->set_gif(f.gif);
     s->set_attempt(ref_.attempt());
     s->set_created_at(e.time());
-    s->set_render_seconds(f.seconds > 0 ? f.seconds : r.seconds);
+    if (f.render_seconds <= 0) s->set_render_seconds(r.seconds);
   }
   Enqueue(std::move(e), /*urgent=*/true);
 }

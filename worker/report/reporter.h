@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/metric_values.h"
+#include "common/record_values.h"
 
 namespace adctl {
 
@@ -19,22 +20,12 @@ namespace adctl {
 // (common/metric_values.h lists them once).
 using StepReport = MetricValues;
 
-struct CheckpointReport {
-  int64_t step = 0;
-  std::string path;  // committed directory
-  int64_t size_bytes = 0;
-  double save_seconds = 0;   // writing, hashing and committing it (in the background)
-  double stall_seconds = 0;  // training time it took (copying the state to host memory)
-};
+// A committed checkpoint (common/record_values.h lists its values once).
+using CheckpointReport = CheckpointValues;
 
-// The validation samples of one step (worker/sample/validation.h renders them).
-struct SampleFile {
-  int index = 0;  // prompt index; -1: the grid of all prompts
-  std::string prompt;
-  std::string mp4;  // relative to the job directory
-  std::string gif;
-  double seconds = 0;  // rendering it (the grid: the whole step's)
-};
+// The validation samples of one step (worker/sample/validation.h renders them), each file pair
+// with its values (common/record_values.h).
+using SampleFile = SampleValues;
 struct SamplesReport {
   int64_t step = 0;
   double seconds = 0;  // sampling, decoding and writing the files of every prompt

@@ -23,12 +23,20 @@ SamplesReport ToSamplesReport(const ValidationRender& render, const std::string&
     return fs::path(path).lexically_relative(job_dir).generic_string();
   };
   SamplesReport report{render.step, render.seconds, render.dir, {}};
-  for (const RenderedSample& s : render.samples) {
-    report.files.push_back({s.index, s.prompt, relative(s.mp4), relative(s.gif), s.seconds});
-  }
+  const auto file = [&](int index, const std::string& prompt, const std::string& mp4,
+                        const std::string& gif, double seconds) {
+    SampleFile f;
+    f.step = render.step;
+    f.index = index;
+    f.prompt = prompt;
+    f.mp4 = relative(mp4);
+    f.gif = relative(gif);
+    f.render_seconds = seconds;
+    report.files.push_back(std::move(f));
+  };
+  for (const RenderedSample& s : render.samples) file(s.index, s.prompt, s.mp4, s.gif, s.seconds);
   // The grid: the step's whole rendering.
-  report.files.push_back(
-      {-1, "", relative(render.grid_mp4), relative(render.grid_gif), render.seconds});
+  file(-1, "", render.grid_mp4, render.grid_gif, render.seconds);
   return report;
 }
 
