@@ -83,6 +83,9 @@ void ForEachMetricValue(Values& m, F&& f) {
   f("eval_loss", m.eval_loss);
 }
 
+// ForEachMetricValue as a callable (common/record_values.h's kCheckpointValues says why).
+inline constexpr auto kMetricValues = [](auto& values, auto&& f) { ForEachMetricValue(values, f); };
+
 // The skip counts of `m` under their reason names ("missing", ..., as VideoErrorName spells
 // them), for the Prometheus series and the CLI.
 template <typename Values, typename F>

@@ -53,4 +53,11 @@ void ForEachSampleValue(Values& s, F&& f) {
   f("render_seconds", s.render_seconds);
 }
 
+// The lists as callables, for code that takes a list (a function template cannot be passed by
+// name): proto/record_values.h's conversions, the store's column lists.
+inline constexpr auto kCheckpointValues = [](auto& values, auto&& f) {
+  ForEachCheckpointValue(values, f);
+};
+inline constexpr auto kSampleValues = [](auto& values, auto&& f) { ForEachSampleValue(values, f); };
+
 }  // namespace adctl

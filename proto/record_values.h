@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "adctl/v1/job_service.pb.h"
+#include "common/metric_values.h"
 #include "common/record_values.h"
 
 namespace adctl {
@@ -56,7 +57,7 @@ void Get(const google::protobuf::Message& in, const google::protobuf::FieldDescr
 
 }  // namespace record_values_internal
 
-// Sets the fields of `out` named by `for_each` (ForEachCheckpointValue, ...) from `values`.
+// Sets the fields of `out` named by `for_each` (kCheckpointValues, ...) from `values`.
 template <typename Values, typename ForEach>
 void ValuesToProto(const Values& values, ForEach&& for_each, google::protobuf::Message* out) {
   const google::protobuf::Descriptor* d = out->GetDescriptor();
@@ -73,11 +74,5 @@ void ValuesFromProto(const google::protobuf::Message& in, ForEach&& for_each, Va
     record_values_internal::Get(in, d->FindFieldByName(name), &v);
   });
 }
-
-// The lists as callables (a function template cannot be passed by name).
-inline constexpr auto kCheckpointValues = [](auto& values, auto&& f) {
-  ForEachCheckpointValue(values, f);
-};
-inline constexpr auto kSampleValues = [](auto& values, auto&& f) { ForEachSampleValue(values, f); };
 
 }  // namespace adctl

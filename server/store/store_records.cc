@@ -6,8 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <tuple>
-#include <type_traits>
+#include <string_view>
 
 #include "server/store/statement.h"
 #include "server/store/store.h"
@@ -62,10 +61,8 @@ std::vector<std::pair<int64_t, double>> EvalByTimestepFromJson(const std::string
 
 // The metric columns Store reads: who sent the point, then ForEachMetricValue's names.
 std::string MetricSelect() {
-  std::string sql = "SELECT id, attempt, rank, eval_by_timestep";
-  MetricRecord columns;
-  ForEachMetricValue(columns, [&](const char* name, auto&) { sql += std::string(", ") + name; });
-  return sql;
+  return "SELECT id, attempt, rank, eval_by_timestep" +
+         ListColumns<MetricValues>(kMetricValues).first;
 }
 
 MetricRecord ReadMetric(const Stmt& s, const std::string& job_id) {
@@ -75,13 +72,7 @@ MetricRecord ReadMetric(const Stmt& s, const std::string& job_id) {
   m.attempt = static_cast<int>(s.Int("attempt"));
   m.rank = static_cast<int>(s.Int("rank"));
   m.eval_by_timestep = EvalByTimestepFromJson(s.Text("eval_by_timestep"));
-  ForEachMetricValue(m, [&](const char* name, auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) {
-      v = s.Double(name);
-    } else {
-      v = s.Int(name);
-    }
-  });
+  ForEachMetricValue(m, [&](const char* name, auto& v) { s.Read(name, &v); });
   return m;
 }
 
@@ -236,13 +227,9 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   // A re-sent batch (client retry after a lost reply) must not duplicate rows.
   static const std::string insert = [] {
-    std::string columns = "job_id, attempt, rank, eval_by_timestep", values = "?,?,?,?";
-    MetricRecord m;
-    ForEachMetricValue(m, [&](const char* name, auto&) {
-      columns += std::string(", ") + name;
-      values += ",?";
-    });
-    return "INSERT OR IGNORE INTO metrics (" + columns + ") VALUES (" + values + ")";
+    const auto [columns, params] = ListColumns<MetricValues>(kMetricValues);
+    return "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, eval_by_timestep" + columns +
+           ") VALUES (?,?,?,?" + params + ")";
   }();
   for (const MetricRecord& m : points) {
     Stmt s(db_, insert);
@@ -332,8 +319,7 @@ Status Store::AddCheckpoint(const CheckpointRecord& c) {
   std::lock_guard<std::mutex> lock(mu_);
   Txn txn(db_);
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
-  static const auto list =
-      ListColumns<CheckpointValues>([](auto& v, auto&& f) { ForEachCheckpointValue(v, f); });
+  static const auto list = ListColumns<CheckpointValues>(kCheckpointValues);
   Stmt s(db_, "INSERT OR REPLACE INTO checkpoints (job_id, attempt, created_at" + list.first +
                   ") VALUES (?,?,?" + list.second + ")");
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
@@ -349,8 +335,7 @@ Status Store::AddCheckpoint(const CheckpointRecord& c) {
 
 Result<std::vector<CheckpointRecord>> Store::ListCheckpoints(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  static const std::string columns =
-      ListColumns<CheckpointValues>([](auto& v, auto&& f) { ForEachCheckpointValue(v, f); }).first;
+  static const std::string columns = ListColumns<CheckpointValues>(kCheckpointValues).first;
   return Query(
       db_,
       "SELECT attempt, created_at" + columns + " FROM checkpoints WHERE job_id=? ORDER BY step",
@@ -393,8 +378,7 @@ Status Store::AddSamples(const std::vector<SampleRecord>& samples) {
   Txn txn(db_);
   ADCTL_RETURN_IF_ERROR(txn.begin_status());
   for (const SampleRecord& r : samples) {
-    static const auto list =
-        ListColumns<SampleValues>([](auto& v, auto&& f) { ForEachSampleValue(v, f); });
+    static const auto list = ListColumns<SampleValues>(kSampleValues);
     Stmt s(db_, "INSERT OR REPLACE INTO samples (job_id, attempt, created_at" + list.first +
                     ") VALUES (?,?,?" + list.second + ")");
     ADCTL_RETURN_IF_ERROR(s.prepare_status());
@@ -424,8 +408,7 @@ Status Store::AddSamples(const std::vector<SampleRecord>& samples) {
 
 Result<std::vector<SampleRecord>> Store::ListSamples(const std::string& job_id, int64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
-  static const std::string columns =
-      ListColumns<SampleValues>([](auto& v, auto&& f) { ForEachSampleValue(v, f); }).first;
+  static const std::string columns = ListColumns<SampleValues>(kSampleValues).first;
   return Query(
       db_,
       "SELECT attempt, created_at" + columns +
