@@ -68,6 +68,15 @@ ADCTL_SPEC_ENUM_TABLE(LoraScope, {LoraScope::kMotion, "motion"}, {LoraScope::kSp
                       {LoraScope::kBoth, "both"})
 ADCTL_SPEC_ENUM_TABLE(LauncherKind, {LauncherKind::kDefault, ""}, {LauncherKind::kLocal, "local"},
                       {LauncherKind::kSlurm, "slurm"})
+ADCTL_SPEC_ENUM_TABLE(WindowPlacement, {WindowPlacement::kRandom, "random"},
+                      {WindowPlacement::kUniform, "uniform"})
+ADCTL_SPEC_ENUM_TABLE(EmaDevice, {EmaDevice::kGpu, "gpu"}, {EmaDevice::kCpu, "cpu"})
+ADCTL_SPEC_ENUM_TABLE(NanPolicy, {NanPolicy::kFail, "fail"}, {NanPolicy::kRollback, "rollback"})
+ADCTL_SPEC_ENUM_TABLE(KeepBestMetric, {KeepBestMetric::kEvalLoss, "eval_loss"})
+ADCTL_SPEC_ENUM_TABLE(TimestepSpacing, {TimestepSpacing::kLeading, "leading"},
+                      {TimestepSpacing::kTrailing, "trailing"},
+                      {TimestepSpacing::kLinspace, "linspace"})
+ADCTL_SPEC_ENUM_TABLE(WeightsSource, {WeightsSource::kRaw, "raw"}, {WeightsSource::kEma, "ema"})
 
 #undef ADCTL_SPEC_ENUM_TABLE
 
@@ -277,16 +286,16 @@ void ForEachField(Spec& s, F&& f) {
 // model.lora and eval fields only when a LoRA or an eval loss is asked for.
 bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("model.lora.", 0) == 0) return !spec.model.lora.enabled();
-  if (path == "eval.weights") return spec.eval.weights == "raw";
+  if (path == "eval.weights") return spec.eval.weights == WeightsSource::kRaw;
   if (path.rfind("eval.", 0) == 0) return !spec.eval.enabled();
   if (path.rfind("train.ema.", 0) == 0) return !spec.train.ema.enabled();
   if (path.rfind("checkpoint.keep_best.", 0) == 0) return spec.checkpoint.keep_best.k == 0;
-  if (path == "validation.weights") return spec.validation.weights == "raw";
+  if (path == "validation.weights") return spec.validation.weights == WeightsSource::kRaw;
   if (path == "data.sources") return spec.data.sources.empty();
   if (path == "train.rollback_lr_factor" || path == "train.max_rollbacks") {
-    return spec.train.nan_policy != "rollback";
+    return spec.train.nan_policy != NanPolicy::kRollback;
   }
-  if (path == "export.weights") return spec.exports.weights == "raw";
+  if (path == "export.weights") return spec.exports.weights == WeightsSource::kRaw;
   if (path == "notify.webhooks") return spec.notify.webhooks.empty();
   if (path == "resources.preemptible") return !spec.resources.preemptible;
   if (path == "resources.allow_shrink") return !spec.resources.allow_shrink;

@@ -37,6 +37,13 @@ enum class LoraScope { kMotion, kSpatial, kBoth };
 // resources.launcher: "" (adctld's default launcher), "local", "slurm". adctld registers one
 // launcher per kind it runs (server/launcher/launchers.h).
 enum class LauncherKind { kDefault, kLocal, kSlurm };
+enum class WindowPlacement { kRandom, kUniform };               // preprocess.window_placement
+enum class EmaDevice { kGpu, kCpu };                            // train.ema.device
+enum class NanPolicy { kFail, kRollback };                      // train.nan_policy
+enum class KeepBestMetric { kEvalLoss };                        // checkpoint.keep_best.metric
+enum class TimestepSpacing { kLeading, kTrailing, kLinspace };  // validation.timestep_spacing
+// validation.weights, eval.weights, export.weights: the trained weights or train.ema's average.
+enum class WeightsSource { kRaw, kEma };
 
 template <typename E>
 struct SpecEnumName {
@@ -60,6 +67,12 @@ const std::vector<SpecEnumName<BucketDtype>>& SpecEnumNames(BucketDtype);
 const std::vector<SpecEnumName<GradientCheckpointing>>& SpecEnumNames(GradientCheckpointing);
 const std::vector<SpecEnumName<LoraScope>>& SpecEnumNames(LoraScope);
 const std::vector<SpecEnumName<LauncherKind>>& SpecEnumNames(LauncherKind);
+const std::vector<SpecEnumName<WindowPlacement>>& SpecEnumNames(WindowPlacement);
+const std::vector<SpecEnumName<EmaDevice>>& SpecEnumNames(EmaDevice);
+const std::vector<SpecEnumName<NanPolicy>>& SpecEnumNames(NanPolicy);
+const std::vector<SpecEnumName<KeepBestMetric>>& SpecEnumNames(KeepBestMetric);
+const std::vector<SpecEnumName<TimestepSpacing>>& SpecEnumNames(TimestepSpacing);
+const std::vector<SpecEnumName<WeightsSource>>& SpecEnumNames(WeightsSource);
 
 // The spec's name of `value` ("v_prediction").
 template <typename E>
@@ -182,7 +195,7 @@ struct PreprocessSpec {
   // WindowStarts), each a clip of the cache; random: AnimateDiff's start rule, seeded per
   // window; uniform: evenly spaced over the video.
   int64_t windows_per_video = 1;
-  std::string window_placement = "random";
+  WindowPlacement window_placement = WindowPlacement::kRandom;
   // Also store each clip's horizontally flipped latents (the frames flipped before encoding);
   // training draws one of the two per draw.
   bool flip = false;
@@ -194,10 +207,11 @@ struct PreprocessSpec {
 // n = k - start_step / update_every - 1, and d_k = 0 (a copy) while n <= 0. Full modules and
 // LoRA adapters alike. Active when decay > 0.
 struct EmaSpec {
-  double decay = 0;            // the cap, in [0, 1) (diffusers' default 0.9999); 0: no EMA
-  int64_t start_step = 0;      // diffusers' update_after_step, in training steps
-  int64_t update_every = 1;    // training steps between updates
-  std::string device = "gpu";  // gpu: beside the weights; cpu: host memory (copies each update)
+  double decay = 0;          // the cap, in [0, 1) (diffusers' default 0.9999); 0: no EMA
+  int64_t start_step = 0;    // diffusers' update_after_step, in training steps
+  int64_t update_every = 1;  // training steps between updates
+  EmaDevice device =
+      EmaDevice::kGpu;  // gpu: beside the weights; cpu: host memory (copies each update)
   bool enabled() const { return decay > 0; }
 };
 
@@ -217,7 +231,7 @@ struct TrainSpec {
   // seeded by the data position, so a retry meets the same NaN) or "rollback" (the job restarts
   // from its newest checkpoint with the learning rate × rollback_lr_factor, compounding, at most
   // max_rollbacks times; each rollback is one of resources.max_restarts).
-  std::string nan_policy = "fail";
+  NanPolicy nan_policy = NanPolicy::kFail;
   double rollback_lr_factor = 0.5;
   int64_t max_rollbacks = 3;
   // Probability of training a clip on the empty caption (AnimateDiff's cfg_random_null_text
@@ -258,7 +272,7 @@ struct TrainSpec {
 // checkpoint's manifest at the step it was measured) survive retention. A checkpoint is written
 // at every eval step while k > 0.
 struct KeepBestSpec {
-  std::string metric = "eval_loss";
+  KeepBestMetric metric = KeepBestMetric::kEvalLoss;
   int64_t k = 0;  // 0: off
 };
 
@@ -291,11 +305,11 @@ struct ValidationSpec {
   std::vector<int64_t> at_steps{2, 50};  // extra steps (AnimateDiff: 2 and 50)
   double eta = 0;
   bool set_alpha_to_one = true;  // AnimateDiff's validation scheduler
-  std::string timestep_spacing = "leading";
+  TimestepSpacing timestep_spacing = TimestepSpacing::kLeading;
   int64_t steps_offset = 1;
-  int64_t fps = 8;              // MP4 and GIF frame rate (AnimateDiff's GIFs: 8)
-  int64_t decode_chunk = 16;    // frames per VAE decode call
-  std::string weights = "raw";  // raw | ema (train.ema's average)
+  int64_t fps = 8;                              // MP4 and GIF frame rate (AnimateDiff's GIFs: 8)
+  int64_t decode_chunk = 16;                    // frames per VAE decode call
+  WeightsSource weights = WeightsSource::kRaw;  // raw | ema (train.ema's average)
 };
 
 // Whether the validation section renders after `step` finished steps (every_steps, at_steps).
@@ -308,7 +322,7 @@ int64_t ValidationsBetween(const ValidationSpec& spec, int64_t after, int64_t up
 // file with the original key names, as ComfyUI and A1111 load).
 struct ExportSpec {
   std::vector<std::string> formats;
-  std::string weights = "raw";  // raw | ema (train.ema's average)
+  WeightsSource weights = WeightsSource::kRaw;  // raw | ema (train.ema's average)
 };
 
 struct ResourceSpec {
@@ -356,9 +370,9 @@ struct EvalSpec {
   int64_t holdout_clips = 0;  // clips of `data` held out (never trained on), drawn by `seed`
   std::string path;           // or a latent cache of eval clips of its own
   std::vector<int64_t> timesteps = {100, 300, 500, 700, 900};
-  int64_t every_steps = 500;    // and at the last step
-  int64_t seed = 0;             // the held-out draw and every (clip, timestep) noise
-  std::string weights = "raw";  // raw | ema (train.ema's average)
+  int64_t every_steps = 500;  // and at the last step
+  int64_t seed = 0;           // the held-out draw and every (clip, timestep) noise
+  WeightsSource weights = WeightsSource::kRaw;  // raw | ema (train.ema's average)
   bool enabled() const { return holdout_clips > 0 || !path.empty(); }
 };
 

@@ -281,10 +281,6 @@ Status ValidateJobSpec(const JobSpec& s) {
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.max_clips", p.max_clips, 0));
     ADCTL_RETURN_IF_ERROR(
         Within<int64_t>("preprocess.windows_per_video", p.windows_per_video, 1, 64));
-    if (p.window_placement != "random" && p.window_placement != "uniform") {
-      return InvalidArgument("preprocess.window_placement: must be 'random' or 'uniform', got " +
-                             Show(p.window_placement));
-    }
   } else if (!s.preprocess.output.empty()) {
     return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
                            Show(s.preprocess.output));
@@ -350,13 +346,12 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.warmup_steps", t.warmup_steps, 0, kMaxSteps));
   ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.nan_policy", t.nan_policy, {"fail", "rollback"}));
   if (!(t.rollback_lr_factor > 0 && t.rollback_lr_factor <= 1)) {
     return InvalidArgument("train.rollback_lr_factor: must be in (0, 1], got " +
                            Show(t.rollback_lr_factor));
   }
   ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_rollbacks", t.max_rollbacks, 0, 100));
-  if (t.nan_policy == "rollback" && t.max_rollbacks > s.resources.max_restarts) {
+  if (t.nan_policy == NanPolicy::kRollback && t.max_rollbacks > s.resources.max_restarts) {
     return InvalidArgument("train.max_rollbacks: " + Show(t.max_rollbacks) +
                            " is above resources.max_restarts (" + Show(s.resources.max_restarts) +
                            "): each rollback restarts the job");
@@ -387,7 +382,6 @@ Status ValidateJobSpec(const JobSpec& s) {
   }
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.start_step", ema.start_step, 0));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.update_every", ema.update_every, 1));
-  ADCTL_RETURN_IF_ERROR(OneOf("train.ema.device", ema.device, {"gpu", "cpu"}));
   if (ema.enabled() && preprocess) {
     return InvalidArgument("train.ema: a preprocess job trains no weights to average");
   }
@@ -395,8 +389,7 @@ Status ValidateJobSpec(const JobSpec& s) {
   for (auto [path, weights] : {std::pair{"validation.weights", &s.validation.weights},
                                std::pair{"eval.weights", &s.eval.weights},
                                std::pair{"export.weights", &s.exports.weights}}) {
-    ADCTL_RETURN_IF_ERROR(OneOf(path, *weights, {"raw", "ema"}));
-    if (*weights == "ema" && !ema.enabled()) {
+    if (*weights == WeightsSource::kEma && !ema.enabled()) {
       return InvalidArgument(std::string(path) +
                              ": ema needs train.ema (set train.ema.decay, e.g. 0.9999)");
     }
@@ -408,7 +401,6 @@ Status ValidateJobSpec(const JobSpec& s) {
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_every", s.checkpoint.keep_every, 0));
   const KeepBestSpec& best = s.checkpoint.keep_best;
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_best.k", best.k, 0));
-  ADCTL_RETURN_IF_ERROR(OneOf("checkpoint.keep_best.metric", best.metric, {"eval_loss"}));
   if (best.k > 0 && !s.eval.enabled()) {
     return InvalidArgument(
         "checkpoint.keep_best: ranks checkpoints by eval_loss, which needs eval (set "
@@ -459,8 +451,6 @@ Status ValidateJobSpec(const JobSpec& s) {
         ("validation.at_steps[" + std::to_string(i) + "]").c_str(), v.at_steps[i], 1));
   }
   ADCTL_RETURN_IF_ERROR(NonNegative("validation.eta", v.eta));
-  ADCTL_RETURN_IF_ERROR(OneOf("validation.timestep_spacing", v.timestep_spacing,
-                              {"leading", "trailing", "linspace"}));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps_offset", v.steps_offset, 0));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.fps", v.fps, 1));
   ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.decode_chunk", v.decode_chunk, 1));

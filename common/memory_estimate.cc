@@ -228,7 +228,7 @@ Result<MemoryEstimate> EstimateTrainingMemory(const JobSpec& spec) {
   // bf16 the copy the forward casts and keeps for the backward (2 more).
   const int64_t trained_bytes_per_param = 16 + (bf16 ? 2 : 0);
   const TrainSpec& t = spec.train;
-  const bool ema_on_gpu = t.ema.enabled() && t.ema.device == "gpu";
+  const bool ema_on_gpu = t.ema.enabled() && t.ema.device == EmaDevice::kGpu;
   if (m.lora.enabled()) {
     e.frozen_params = counts.unet + counts.motion;
     e.trainable_params = counts.lora;

@@ -46,9 +46,9 @@ TEST(JobSpecTest, EmaAndKeepBestAreNestedSectionsWithTheirOwnChecks) {
   EXPECT_EQ(ok->train.ema.decay, 0.999);
   EXPECT_EQ(ok->train.ema.start_step, 100);
   EXPECT_EQ(ok->train.ema.update_every, 2);
-  EXPECT_EQ(ok->train.ema.device, "cpu");
+  EXPECT_EQ(ok->train.ema.device, EmaDevice::kCpu);
   EXPECT_EQ(ok->checkpoint.keep_best.k, 3);
-  EXPECT_EQ(ok->eval.weights, "ema");
+  EXPECT_EQ(ok->eval.weights, WeightsSource::kEma);
   // The canonical YAML round-trips them, and leaves them out when unset.
   auto again = ParseJobSpec(JobSpecToYaml(*ok));
   ASSERT_TRUE(again.ok()) << JobSpecToYaml(*ok);
@@ -267,7 +267,7 @@ TEST(JobSpecTest, NanPolicyRollbackIsBoundedByTheRestarts) {
   const std::string base = "model: {preset: tiny}\n";
   auto fail = ParseJobSpec(base);
   ASSERT_TRUE(fail.ok());
-  EXPECT_EQ(fail->train.nan_policy, "fail");
+  EXPECT_EQ(fail->train.nan_policy, NanPolicy::kFail);
   EXPECT_EQ(JobSpecToYaml(*fail).find("max_rollbacks"), std::string::npos) << "rollback only";
   auto rollback = ParseJobSpec(base + "train: {nan_policy: rollback, rollback_lr_factor: 0.1}\n");
   ASSERT_TRUE(rollback.ok()) << rollback.status().ToString();

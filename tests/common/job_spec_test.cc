@@ -386,10 +386,10 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.model.lora.rank = 8;      // and the model.lora fields when a LoRA is asked for
   spec.eval.holdout_clips = 4;   // and the eval fields when an eval loss is
   spec.train.ema.decay = 0.999;  // the EMA's when it is on, and the weights when not raw
-  spec.validation.weights = spec.eval.weights = spec.exports.weights = "ema";
+  spec.validation.weights = spec.eval.weights = spec.exports.weights = WeightsSource::kEma;
   spec.checkpoint.keep_best.k = 2;
   spec.data.sources = {{"/c", 1, 0}};                // and data.sources when a mix is asked for
-  spec.train.nan_policy = "rollback";                // and the rollback's fields with that policy
+  spec.train.nan_policy = NanPolicy::kRollback;      // and the rollback's fields with that policy
   spec.notify.webhooks = {"https://example.com/h"};  // and notify when it names a URL
   // and preemption when it is asked for (not valid with slurm, but writing does not check)
   spec.resources.preemptible = spec.resources.allow_shrink = true;

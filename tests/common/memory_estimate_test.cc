@@ -96,7 +96,7 @@ TEST(MemoryEstimateTest, TermsFollowBatchCheckpointingPrecisionAndEma) {
   ema.train.ema.decay = 0.999;
   EXPECT_EQ(EstimateTrainingMemory(ema)->trainable_bytes - e4.trainable_bytes,
             4 * e4.trainable_params);
-  ema.train.ema.device = "cpu";  // in host memory: nothing on the GPU
+  ema.train.ema.device = EmaDevice::kCpu;  // in host memory: nothing on the GPU
   EXPECT_EQ(EstimateTrainingMemory(ema)->trainable_bytes, e4.trainable_bytes);
 
   // Twice the frames, twice the activations.

@@ -253,9 +253,9 @@ class Preprocess {
                  {"scaling_factor", scaling_factor_}};
     // Recorded when set, so a one-window cache made before these fields keeps its hash and a
     // cache with other windows or flip is refused naming them.
-    if (p.windows_per_video != 1 || p.window_placement != "random") {
+    if (p.windows_per_video != 1 || p.window_placement != WindowPlacement::kRandom) {
       settings_["windows_per_video"] = p.windows_per_video;
-      settings_["window_placement"] = p.window_placement;
+      settings_["window_placement"] = Name(p.window_placement);
     }
     if (p.flip) settings_["flip"] = true;
     settings_hash_ = Sha256Hex(settings_.dump());
@@ -378,9 +378,9 @@ class Preprocess {
     // The windows depend only on the seed, the row and the window: any rank split gives the same
     // clips (window 0 is the clip of a one-window cache).
     const auto& p = spec_.preprocess;
-    for (int64_t start :
-         WindowStarts(length, static_cast<int>(d.frames), static_cast<int>(d.stride),
-                      p.windows_per_video, p.window_placement == "uniform", d.seed, row)) {
+    for (int64_t start : WindowStarts(
+             length, static_cast<int>(d.frames), static_cast<int>(d.stride), p.windows_per_video,
+             p.window_placement == WindowPlacement::kUniform, d.seed, row)) {
       auto indices =
           SampleFrameIndices(length, static_cast<int>(d.frames), static_cast<int>(d.stride), start);
       if (!indices.ok()) {

@@ -58,22 +58,24 @@ Result<DdimScheduler> DdimScheduler::Make(const NoiseSchedule& schedule, const D
   s.step_ratio_ = T / n;
   // diffusers DDIMScheduler.set_timesteps: the three spacings of "Common Diffusion Noise
   // Schedules and Sample Steps are Flawed", table 2.
-  if (o.timestep_spacing == "leading") {
-    s.timesteps_ = torch::arange(0, n, torch::kLong).mul(s.step_ratio_).flip(0) + o.steps_offset;
-  } else if (o.timestep_spacing == "trailing") {
-    const double ratio = static_cast<double>(T) / static_cast<double>(n);
-    s.timesteps_ = torch::arange(static_cast<double>(T), 0.0, -ratio, torch::kDouble)
-                       .round()
-                       .to(torch::kLong) -
-                   1;
-  } else if (o.timestep_spacing == "linspace") {
-    s.timesteps_ = torch::linspace(0, static_cast<double>(T - 1), n, torch::kDouble)
-                       .round()
-                       .flip(0)
-                       .to(torch::kLong);
-  } else {
-    return InvalidArgument("timestep_spacing: unknown '" + o.timestep_spacing +
-                           "' (leading, trailing, linspace)");
+  switch (o.timestep_spacing) {
+    case TimestepSpacing::kLeading:
+      s.timesteps_ = torch::arange(0, n, torch::kLong).mul(s.step_ratio_).flip(0) + o.steps_offset;
+      break;
+    case TimestepSpacing::kTrailing: {
+      const double ratio = static_cast<double>(T) / static_cast<double>(n);
+      s.timesteps_ = torch::arange(static_cast<double>(T), 0.0, -ratio, torch::kDouble)
+                         .round()
+                         .to(torch::kLong) -
+                     1;
+      break;
+    }
+    case TimestepSpacing::kLinspace:
+      s.timesteps_ = torch::linspace(0, static_cast<double>(T - 1), n, torch::kDouble)
+                         .round()
+                         .flip(0)
+                         .to(torch::kLong);
+      break;
   }
   return s;
 }

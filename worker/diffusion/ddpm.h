@@ -39,8 +39,8 @@ class NoiseSchedule {
 // DDIM sampling as diffusers' DDIMScheduler does it (AnimateDiff's validation sampler).
 struct DdimOptions {
   int64_t num_inference_steps = 25;
-  // "leading" (AnimateDiff's and SD1.5's scheduler config), "trailing" or "linspace".
-  std::string timestep_spacing = "leading";
+  // Leading: AnimateDiff's and SD1.5's scheduler config.
+  TimestepSpacing timestep_spacing = TimestepSpacing::kLeading;
   int64_t steps_offset = 1;
   // The last step's ᾱ_prev: 1 (true, AnimateDiff's validation config) or ᾱ_0 (false).
   bool set_alpha_to_one = true;

@@ -34,7 +34,8 @@ Result<SchedulerConfig> ReadSchedulerConfig(const std::string& pretrained_dir) {
   if (!text.ok()) return text.status();
   SchedulerConfig c;
   // diffusers' names, which are the spec's (train.beta_schedule, train.prediction_type).
-  std::string beta_schedule = "scaled_linear", prediction_type = "epsilon";
+  std::string beta_schedule = "scaled_linear", prediction_type = "epsilon",
+              timestep_spacing = "leading";
   try {
     const auto j = nlohmann::json::parse(*text);
     beta_schedule = j.value("beta_schedule", beta_schedule);
@@ -45,7 +46,7 @@ Result<SchedulerConfig> ReadSchedulerConfig(const std::string& pretrained_dir) {
     c.steps_offset = j.value("steps_offset", c.steps_offset);
     c.set_alpha_to_one = j.value("set_alpha_to_one", c.set_alpha_to_one);
     c.clip_sample = j.value("clip_sample", c.clip_sample);
-    c.timestep_spacing = j.value("timestep_spacing", c.timestep_spacing);
+    timestep_spacing = j.value("timestep_spacing", timestep_spacing);
   } catch (const std::exception& e) {
     return InvalidArgument(path + ": " + JsonErrorWithoutContent(e));
   }
@@ -61,6 +62,12 @@ Result<SchedulerConfig> ReadSchedulerConfig(const std::string& pretrained_dir) {
                            "' is not supported (epsilon or v_prediction)");
   }
   c.prediction_type = *prediction;
+  const auto spacing = SpecEnumValue<TimestepSpacing>(timestep_spacing);
+  if (!spacing) {
+    return InvalidArgument(path + ": timestep_spacing '" + timestep_spacing +
+                           "' is not supported (leading, trailing or linspace)");
+  }
+  c.timestep_spacing = *spacing;
   if (c.num_train_timesteps < 2 || !(c.beta_start > 0) || !(c.beta_end < 1) ||
       c.beta_start > c.beta_end) {
     return InvalidArgument(path + ": beta_start/beta_end/num_train_timesteps out of range");

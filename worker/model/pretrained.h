@@ -25,7 +25,7 @@ struct SchedulerConfig {
   int64_t steps_offset = 1;
   bool set_alpha_to_one = false;
   bool clip_sample = false;
-  std::string timestep_spacing = "leading";
+  TimestepSpacing timestep_spacing = TimestepSpacing::kLeading;
 };
 
 // Reads `dir`/scheduler/scheduler_config.json; an unsupported schedule or prediction type is

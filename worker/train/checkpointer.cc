@@ -16,6 +16,35 @@
 
 namespace adctl {
 
+CheckpointState CheckpointContents(UNet3DImpl& model, const TrainedLora* lora, AdamW& optimizer,
+                                   const TrainState& state, std::optional<double> eval_loss,
+                                   Ema* ema) {
+  CheckpointState c;
+  c.step = state.step;
+  if (lora != nullptr) {
+    c.lora = lora->adapters.DiffusersTensors(/*fold_alpha=*/false);
+    c.lora_metadata = lora->metadata;
+    c.lora_metadata["adctl_step"] = std::to_string(state.step);
+  } else {
+    c.motion_adapter = MotionAdapterTensors(model);
+  }
+  c.motion_adapter_config = MotionAdapterConfig(model);
+  c.optimizer = optimizer.StateDict();
+  c.metadata = state.ToJson();
+  if (eval_loss) c.metadata["eval_loss"] = *eval_loss;
+  if (ema != nullptr) {
+    ema->Sync();  // the saver copies the averages on the current stream
+    c.metadata[kEmaUpdatesKey] = ema->updates();
+    if (lora != nullptr) {
+      for (const auto& [name, avg] : ema->averages()) c.ema_lora["unet." + name] = avg;
+    } else {
+      c.ema_motion_adapter = c.motion_adapter;  // the buffers; parameters replaced
+      for (const auto& [name, avg] : ema->averages()) c.ema_motion_adapter[name] = avg;
+    }
+  }
+  return c;
+}
+
 Checkpointer::Checkpointer(const TrainerOptions& options, std::function<CheckpointState()> current)
     : options_(options),
       spec_(options.spec),
@@ -159,7 +188,7 @@ void Checkpointer::StartWriter(bool reserve) {
     retention.keep_step = [v = spec_.validation](int64_t step) { return ValidationDue(v, step); };
   }
   retention.keep_best = spec_.checkpoint.keep_best.k;
-  retention.best_metric = spec_.checkpoint.keep_best.metric;
+  retention.best_metric = Name(spec_.checkpoint.keep_best.metric);  // the manifest key
   saver_ = std::make_unique<CheckpointSaver>(root_, std::move(retention),
                                              JobLayout(options_.job_dir).checkpoint_pins());
   if (reserve) saver_->Reserve(current_());
@@ -229,7 +258,7 @@ std::optional<Failure> Checkpointer::ExportForInferenceTools(int64_t step) {
   if (spec_.exports.formats.empty() || options_.rank != 0) return std::nullopt;
   // export.weights: ema reads the checkpoint's ema/ folder, laid out as the checkpoint itself,
   // and writes export/step-N-ema/ (where `adctl export --weights ema` looks too).
-  const bool ema = spec_.exports.weights == "ema";
+  const bool ema = spec_.exports.weights == WeightsSource::kEma;
   const std::string out_dir = JobLayout(options_.job_dir).exports_step(step) + (ema ? "-ema" : "");
   // Step `step`'s checkpoint, or the live state written beside the exports without one.
   const std::string live = out_dir + "/checkpoint.live";

@@ -20,11 +20,20 @@
 #include "worker/report/reporter.h"
 #include "worker/train/checkpoint_saver.h"
 #include "worker/train/ema.h"
+#include "worker/train/lora_training.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/train_state.h"
 #include "worker/train/trainer.h"
 
 namespace adctl {
+
+// What a checkpoint of `state.step` holds, as the live tensors (the saver copies them): the
+// motion modules, or `lora`'s adapters (non-null) with their metadata; the optimizer state; the
+// manifest's metadata (`state`, and `eval_loss` when that step evaluated: checkpoint.keep_best
+// ranks by it); `ema`'s averages (non-null) under the same names, with its update count.
+CheckpointState CheckpointContents(UNet3DImpl& model, const TrainedLora* lora, AdamW& optimizer,
+                                   const TrainState& state, std::optional<double> eval_loss,
+                                   Ema* ema);
 
 class Checkpointer {
  public:

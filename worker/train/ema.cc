@@ -32,7 +32,7 @@ Ema::~Ema() = default;
 
 Ema::Ema(const EmaSpec& spec, NamedTensors params) : spec_(spec), params_(std::move(params)) {
   torch::NoGradGuard no_grad;
-  const bool host = spec_.device == "cpu";
+  const bool host = spec_.device == EmaDevice::kCpu;
   for (const auto& [name, p] : params_) {
     auto avg = p.detach().to(host ? torch::kCPU : p.device(), torch::kFloat, /*non_blocking=*/false,
                              /*copy=*/true);

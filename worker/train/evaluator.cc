@@ -1,6 +1,9 @@
 #include "worker/train/evaluator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
 
 #include "worker/data/sampler.h"
 
@@ -10,6 +13,7 @@ Evaluator::Evaluator(std::shared_ptr<const LatentDataset> clips, const EvalSpec&
                      const NoiseSchedule& schedule, PredictionType prediction, torch::Device device,
                      torch::ScalarType compute_dtype)
     : clips_(std::move(clips)),
+      weights_(spec.weights),
       timesteps_(spec.timesteps),
       seed_(static_cast<uint64_t>(spec.seed)),
       schedule_(schedule),
@@ -63,6 +67,23 @@ EvalLoss Evaluator::Run(UNet3DImpl& model, Communicator* comm, int rank, int wor
   }
   out.loss = losses.mean().item<double>();
   return out;
+}
+
+EvalLoss Evaluator::RunAtStep(UNet3DImpl& model, int64_t step, Ema* ema, Communicator* comm,
+                              int rank, int world_size, Reporter& reporter) const {
+  std::optional<Ema::Applied> averaged;  // eval.weights: ema
+  if (ema != nullptr && weights_ == WeightsSource::kEma) averaged.emplace(ema);
+  const auto t0 = std::chrono::steady_clock::now();
+  EvalLoss e = Run(model, comm, rank, world_size);
+  if (rank == 0) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char what[160];
+    std::snprintf(what, sizeof(what), "eval loss %.6f at step %lld (%s weights) in %.2f s", e.loss,
+                  static_cast<long long>(step), averaged ? "EMA" : "trained", seconds);
+    reporter.OnEvent(EventLevel::kInfo, what);
+  }
+  return e;
 }
 
 }  // namespace adctl

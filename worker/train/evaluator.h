@@ -29,6 +29,8 @@
 #include "worker/diffusion/ddpm.h"
 #include "worker/dist/communicator.h"
 #include "worker/model/unet3d.h"
+#include "worker/report/reporter.h"
+#include "worker/train/ema.h"
 
 namespace adctl {
 
@@ -48,11 +50,16 @@ class Evaluator {
   // Every rank calls it at the same step (`comm` null: one rank). Leaves `model` in the mode it
   // found it.
   EvalLoss Run(UNet3DImpl& model, Communicator* comm, int rank, int world_size) const;
+  // Run at training step `step` with the weights eval.weights names (ema: `ema`'s averages,
+  // swapped in for the run), and rank 0's event saying the loss, the weights and the time.
+  EvalLoss RunAtStep(UNet3DImpl& model, int64_t step, Ema* ema, Communicator* comm, int rank,
+                     int world_size, Reporter& reporter) const;
 
   int64_t clips() const { return clips_->size(); }
 
  private:
   std::shared_ptr<const LatentDataset> clips_;
+  WeightsSource weights_;
   std::vector<int64_t> timesteps_;
   uint64_t seed_;
   const NoiseSchedule& schedule_;

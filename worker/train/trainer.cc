@@ -1,49 +1,40 @@
 // The Trainer builds a rank's parts in order (device, model, data, noise schedule, validation,
-// optimizer, resume, data parallelism), then runs the step loop over them. The parts have files
-// of their own: worker/data/batch_loader.h, worker/train/{training_model, checkpointer,
-// data_parallel, step_metrics, startup_timer, train_state, step_graph, step_profiler}.h.
-// Errors: the parts below return Status; the trainer's steps return std::optional<Failure>
-// (common/worker_contract.h) with the exit code of what failed, and Run() reports it.
+// optimizer, resume, data parallelism), then runs the step loop over them. Each part has a file
+// of its own: worker/train/{rank_device, training_model, lora_training, evaluator,
+// training_validation, optimizer, ema, nan_rollback, checkpointer, data_parallel, step_metrics,
+// startup_timer, train_state, step_graph, step_profiler}.h and worker/data/batch_loader.h.
+// Errors: one convention. The parts that own an exit code return std::optional<Failure>
+// (common/worker_contract.h), the libraries below them Status; the trainer maps a Status to the
+// exit code of the part that called it, and Run() reports the failure.
 #include "worker/train/trainer.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 
-#include "common/checkpoint_export.h"
-#include "common/fs_util.h"
-#include "common/job_layout.h"
-#include "common/sha256.h"
 #include "common/worker_contract.h"
-#include "worker/compat.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/data/sources.h"
 #include "worker/diffusion/ddpm.h"
-#include "worker/kernels/dispatch.h"
-#include "worker/model/lora.h"
 #include "worker/model/pretrained.h"
-#include "worker/model/weights.h"
-#include "worker/sample/validation.h"
 #include "worker/train/attention_warmup.h"
 #include "worker/train/checkpointer.h"
 #include "worker/train/data_parallel.h"
 #include "worker/train/ema.h"
 #include "worker/train/evaluator.h"
+#include "worker/train/lora_training.h"
+#include "worker/train/nan_rollback.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/rank_device.h"
 #include "worker/train/startup_timer.h"
 #include "worker/train/step_graph.h"
 #include "worker/train/step_metrics.h"
 #include "worker/train/step_profiler.h"
 #include "worker/train/train_state.h"
 #include "worker/train/training_model.h"
-#include "worker/video/ffmpeg_log.h"
+#include "worker/train/training_validation.h"
 
 namespace adctl {
 namespace {
@@ -88,16 +79,18 @@ class Trainer {
     startup_.Mark("model");
     if (auto f = BuildData()) return f;
     if (auto f = BuildNoiseSchedule()) return f;
-    if (auto f = BuildValidation()) return f;
+    if (auto f =
+            validation_.Build(o_, *model_, *schedule_, prediction_type_, device_, compute_dtype_))
+      return f;
     if (eval_clips_) {
       evaluator_ = std::make_unique<Evaluator>(eval_clips_, spec_.eval, *schedule_,
                                                prediction_type_, device_, compute_dtype_);
     }
     startup_.Mark("data and validation set-up");
     BuildOptimizer();
-    if (auto f = ReadRollbacks()) return f;
-    if (auto f = checkpoints_.Resume(*model_, lora_ ? &*lora_ : nullptr, *optimizer_, device_,
-                                     *sampler_, state_, ema_.get()))
+    if (auto f = rollback_.Read(reporter_)) return f;
+    if (auto f = checkpoints_.Resume(*model_, lora_ ? &lora_->adapters : nullptr, *optimizer_,
+                                     device_, *sampler_, state_, ema_.get()))
       return f;
     batches_ = std::make_unique<BatchLoader>(
         BatchOptions{spec_.train.batch_size, static_cast<uint64_t>(spec_.train.seed),
@@ -107,32 +100,14 @@ class Trainer {
     return BuildDataParallel();
   }
 
-  // The device, its threads and kernels, the step metrics; and whether the checkpoint folder
-  // can take a checkpoint, before hours of loading and training.
+  // The device (rank_device.h), the step metrics; and whether the checkpoint folder can take
+  // a checkpoint, before hours of loading and training.
   std::optional<Failure> BuildDevice() {
-    device_ = compat::ComputeDevice();
-    compute_dtype_ = compat::ComputeDtype(spec_.train.precision, device_);
-    if (device_.is_cuda()) torch::empty({1}, device_);  // the CUDA context, timed on its own
-    startup_.Mark("CUDA context");
-    // cuDNN's autotuner times each convolution shape once (the first steps, before a CUDA graph
-    // capture) and reuses its pick: shapes are fixed for the whole run.
-    if (device_.is_cuda()) at::globalContext().setBenchmarkCuDNN(spec_.train.cudnn_benchmark);
-    SetFusedKernels(spec_.train.fused_kernels);
-    if (device_.is_cuda() && std::getenv("OMP_NUM_THREADS") == nullptr) {
-      // A GPU rank's CPU work is drawing the next batch (on the prefetch thread). With every
-      // rank of a host spinning one OpenMP thread per core, the 2-GPU machine's ranks slowed
-      // each other's data preparation 20x. Split the cores between the host's ranks, at most 8
-      // each (torchrun goes further and sets OMP_NUM_THREADS=1).
-      const int ranks_here =
-          std::max(1, o_.local_world_size > 0 ? o_.local_world_size : o_.world_size);
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      torch::set_num_threads(std::clamp(cores / ranks_here, 1, 8));
-    }
+    RankDevice d;
+    if (auto f = SetUpRankDevice(o_, startup_, d)) return f;
+    device_ = d.device;
+    compute_dtype_ = d.compute_dtype;
     metrics_.emplace(spec_, device_, o_.world_size, reporter_);
-    if (const std::string why = compat::SelectAttentionKernels(spec_.train.attention);
-        !why.empty()) {
-      return Failure{kExitBadSpec, "train.attention: " + why};
-    }
     return checkpoints_.CheckFolder();
   }
 
@@ -140,62 +115,13 @@ class Trainer {
   // LoRA job the frozen UNet with trainable adapters.
   std::optional<Failure> BuildModel() {
     if (auto f = BuildTrainingModel(o_, device_, compute_dtype_, model_)) return f;
-    if (spec_.model.lora.enabled()) return BuildLora();
-    return std::nullopt;
-  }
-
-  // model.lora: new adapters drawn from train.seed (the same on every rank), or init_from's;
-  // the base motion module it adapts and its SHA-256 go into every checkpoint and export.
-  std::optional<Failure> BuildLora() {
-    const LoraSpec& l = spec_.model.lora;
-    auto adapters = l.init_from.empty()
-                        ? LoraAdapters::Attach(*model_, l, static_cast<uint64_t>(spec_.train.seed))
-                        : LoraAdapters::Load(*model_, l.init_from);
-    if (!adapters.ok()) {
-      const std::string field = l.init_from.empty() ? "model.lora: " : "model.lora.init_from: ";
-      return Failure{
-          adapters.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec : kExitModelError,
-          field + adapters.status().ToString()};
-    }
-    if (!l.init_from.empty() && adapters->rank() != l.rank) {
-      return Failure{kExitBadSpec, "model.lora.init_from: " + l.init_from + " has rank " +
-                                       std::to_string(adapters->rank()) +
-                                       ", model.lora.rank says " + std::to_string(l.rank)};
-    }
-    adapters->SetDropout(l.dropout);
-    lora_ = std::move(*adapters);
-    const std::string base = LoraBaseMotionModule(spec_.model);
-    lora_metadata_ = lora_->DiffusersMetadata(/*fold_alpha=*/false);
-    std::string targets;
-    for (const auto& t : lora_->targets()) targets += (targets.empty() ? "" : ",") + t;
-    char alpha[32];
-    std::snprintf(alpha, sizeof(alpha), "%.17g", lora_->alpha());
-    lora_metadata_[kLoraMetaRank] = std::to_string(lora_->rank());
-    lora_metadata_[kLoraMetaAlpha] = alpha;
-    lora_metadata_[kLoraMetaTargets] = targets;
-    lora_metadata_[kLoraMetaScope] = Name(l.scope);
-    lora_metadata_[kLoraMetaBase] = base;
-    lora_metadata_["motion_norm"] =
-        model_->motion_config().norm_across_frames ? "across_frames" : "per_frame";
-    if (o_.rank == 0) {  // only rank 0 writes checkpoints and exports
-      auto weights = BaseMotionWeightsFile(base);
-      auto sha = weights.ok() ? Sha256File(*weights) : Result<std::string>(weights.status());
-      if (!sha.ok()) return Failure{kExitModelError, "model.lora base: " + sha.status().ToString()};
-      lora_metadata_[kLoraMetaBaseSha256] = *sha;
-    }
-    reporter_.OnEvent(EventLevel::kInfo,
-                      "LoRA rank " + std::to_string(lora_->rank()) + ", alpha " + alpha + " on " +
-                          std::to_string(lora_->size()) + " projections (" + targets + "; scope " +
-                          Name(l.scope) + "): " + std::to_string(lora_->parameter_count()) +
-                          " trainable parameters; the base motion module " + base +
-                          " stays frozen" +
-                          (l.init_from.empty() ? "" : "; continued from " + l.init_from));
-    return std::nullopt;
+    if (!spec_.model.lora.enabled()) return std::nullopt;
+    return AttachTrainedLora(o_, *model_, reporter_, lora_);
   }
 
   // AdamW over what trains: the motion modules (their fp32 masters), or a LoRA's adapters.
   void BuildOptimizer() {
-    params_ = lora_ ? lora_->Parameters() : model_->MotionParameters();
+    params_ = lora_ ? lora_->adapters.Parameters() : model_->MotionParameters();
     optimizer_ = std::make_unique<AdamW>(params_, spec_.train);
     if (spec_.train.ema.enabled()) ema_ = std::make_unique<Ema>(spec_.train.ema, params_);
   }
@@ -258,26 +184,6 @@ class Trainer {
     return std::nullopt;
   }
 
-  // Rank 0's validation renderer, when validation.prompts is set.
-  std::optional<Failure> BuildValidation() {
-    if (spec_.validation.prompts.empty() || o_.rank != 0) return std::nullopt;
-    if (!HaveFfmpeg()) {
-      return Failure{kExitBadSpec,
-                     "validation.prompts: this adworker was built without FFmpeg, so it "
-                     "cannot write sample videos (rebuild with libavcodec-dev, "
-                     "libavformat-dev, libswscale-dev)"};
-    }
-    auto renderer = ValidationRenderer::Make(spec_, *model_, *schedule_, prediction_type_, device_,
-                                             compute_dtype_, o_.job_dir);
-    if (!renderer.ok()) {
-      const int code =
-          renderer.status().code() == StatusCode::kInvalidArgument ? kExitBadSpec : kExitModelError;
-      return Failure{code, renderer.status().ToString()};
-    }
-    validation_ = std::move(*renderer);
-    return std::nullopt;
-  }
-
   // With several ranks: the rendezvous, communicator and gradient reducer (data_parallel.h).
   std::optional<Failure> BuildDataParallel() {
     if (auto f = ConnectDataParallel(o_, device_, params_, parallel_)) return f;
@@ -285,35 +191,13 @@ class Trainer {
     return std::nullopt;
   }
 
-  // What a checkpoint of now holds (the live tensors; the saver copies them).
+  // What a checkpoint of now holds: the batches consumed so far, not the one being prefetched.
   CheckpointState CurrentState() {
-    // The batches consumed so far, not the one being prefetched.
     state_.sampler = batches_->consumed();
-    CheckpointState state;
-    state.step = state_.step;
-    if (lora_) {
-      state.lora = lora_->DiffusersTensors(/*fold_alpha=*/false);
-      state.lora_metadata = lora_metadata_;
-      state.lora_metadata["adctl_step"] = std::to_string(state_.step);
-    } else {
-      state.motion_adapter = MotionAdapterTensors(*model_);
-    }
-    state.motion_adapter_config = MotionAdapterConfig(*model_);
-    state.optimizer = optimizer_->StateDict();
-    state.metadata = state_.ToJson();
-    // checkpoint.keep_best ranks checkpoints by the eval loss of their own step.
-    if (last_eval_.first == state_.step) state.metadata["eval_loss"] = last_eval_.second;
-    if (ema_) {
-      ema_->Sync();  // the saver copies the averages on the current stream
-      state.metadata[kEmaUpdatesKey] = ema_->updates();
-      if (lora_) {
-        for (const auto& [name, avg] : ema_->averages()) state.ema_lora["unet." + name] = avg;
-      } else {
-        state.ema_motion_adapter = state.motion_adapter;  // the buffers; parameters replaced
-        for (const auto& [name, avg] : ema_->averages()) state.ema_motion_adapter[name] = avg;
-      }
-    }
-    return state;
+    return CheckpointContents(
+        *model_, lora_ ? &*lora_ : nullptr, *optimizer_, state_,
+        last_eval_.first == state_.step ? std::optional<double>(last_eval_.second) : std::nullopt,
+        ema_.get());
   }
 
   bool LocalStopRequested() {
@@ -357,31 +241,26 @@ class Trainer {
       last_step_end = step_end;
       if (auto f = checkpoints_.Collect(/*wait=*/false)) return Fail(*f);
       ReportFirstSteps();
-      if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return Fail(NotFinite(r));
+      if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+        return Fail(rollback_.NotFinite(state_.step, r.loss, r.grad_norm, params_));
       // Every rank evaluates at the same steps (same spec); the report carries the result.
       const bool evaluated = EvalDue(state_.step);
       if (evaluated) {
-        std::optional<Ema::Applied> averaged;  // eval.weights: ema
-        if (ema_ && spec_.eval.weights == "ema") averaged.emplace(ema_.get());
-        const auto e0 = SteadyClock::now();
-        const EvalLoss e = evaluator_->Run(*model_, parallel_.comm.get(), o_.rank, o_.world_size);
+        const EvalLoss e =
+            evaluator_->RunAtStep(*model_, state_.step, ema_.get(), parallel_.comm.get(), o_.rank,
+                                  o_.world_size, reporter_);
         r.eval_loss = e.loss;
         r.eval_by_timestep = e.by_timestep;
         last_eval_ = {state_.step, e.loss};
-        if (o_.rank == 0) {
-          char what[160];
-          std::snprintf(what, sizeof(what), "eval loss %.6f at step %lld (%s weights) in %.2f s",
-                        e.loss, static_cast<long long>(state_.step), averaged ? "EMA" : "trained",
-                        Seconds(e0, SteadyClock::now()));
-          reporter_.OnEvent(EventLevel::kInfo, what);
-        }
         last_step_end = SteadyClock::now();  // the next step's time does not include the eval
       }
       if (metrics_->Due(state_.step) || r.eval_loss >= 0) metrics_->Report(r);
       // Every rank gets the same answer (same spec, same step).
       const bool validation = ValidationDue(spec_.validation, state_.step);
       if (validation) {
-        if (auto f = RenderValidation()) return Fail(*f);
+        if (auto f = validation_.Render(*model_, state_.step, ema_.get(), reporter_,
+                                        parallel_.comm.get()))
+          return Fail(*f);
         last_step_end = SteadyClock::now();  // the next step's time does not include the render
       }
       // checkpoint.keep_at_validation and keep_best: the weights behind a sample or an eval
@@ -455,7 +334,7 @@ class Trainer {
     }
     if (parallel_.reducer) parallel_.reducer->FinishBackward();
     const auto grad_norm = optimizer_->ClipGradNorm(t.max_grad_norm);
-    r.learning_rate = LearningRate(t, state_.step) * lr_scale_;
+    r.learning_rate = LearningRate(t, state_.step) * rollback_.lr_scale();
     if (ema_) ema_->Sync();  // its last update read the weights this step changes
     optimizer_->Step(r.learning_rate);
     // Released unless something holds on to the gradient tensors (the all-reduce buckets'
@@ -480,89 +359,6 @@ class Trainer {
     r.allreduce_exposed_seconds =
         parallel_.reducer ? parallel_.reducer->last_exposed_allreduce_seconds() : 0;
     return r;
-  }
-
-  // A step whose loss or gradient norm is NaN/Inf: the step, both numbers, and the first
-  // trainable tensor that is no longer finite (the optimizer step has applied the gradients),
-  // or that the weights still are (then the batch or the forward pass gave it). Not retried
-  // (the noise is seeded by the data position, so a new attempt would meet the same NaN),
-  // unless train.nan_policy is rollback and rollbacks are left: then exit 7, after rank 0
-  // recorded the next rollback in rollbacks.json.
-  Failure NotFinite(const StepReport& r) const {
-    char numbers[96];
-    std::snprintf(numbers, sizeof(numbers), "loss %g, grad norm %g", r.loss, r.grad_norm);
-    std::string where =
-        "every trainable tensor is still finite: the batch's data or the forward "
-        "pass gave it";
-    for (const auto& [name, tensor] : params_) {
-      if (!torch::isfinite(tensor).all().item<bool>()) {
-        where = "first non-finite trainable tensor: " + name;
-        break;
-      }
-    }
-    Failure f{kExitNotFinite,
-              "not finite at step " + std::to_string(state_.step) + " (" + numbers + "); " + where};
-    const TrainSpec& t = spec_.train;
-    if (t.nan_policy != "rollback") return f;
-    const int64_t done = rollbacks_.value("rollbacks", int64_t{0});
-    if (done >= t.max_rollbacks) {
-      f.message += "; rollbacks exhausted (" + std::to_string(done) + " of " +
-                   std::to_string(t.max_rollbacks) + ", train.max_rollbacks)";
-      return f;
-    }
-    // The job restarts (exit 7, retryable) from its newest checkpoint; every rank of the next
-    // attempt reads the new scale from rollbacks.json, which rank 0 writes now.
-    const double scale = lr_scale_ * t.rollback_lr_factor;
-    nlohmann::json next = rollbacks_;
-    next["rollbacks"] = done + 1;
-    next["lr_scale"] = scale;
-    next["history"].push_back({{"step", state_.step},
-                               {"loss", std::isfinite(r.loss) ? nlohmann::json(r.loss) : nullptr},
-                               {"lr_scale", scale}});
-    if (o_.rank == 0) {
-      Status written = WriteFileAtomically(JobLayout(o_.job_dir).rollbacks(), next.dump(2) + "\n");
-      if (!written.ok()) {
-        return {kExitStorageError,
-                f.message + "; the rollback could not be recorded: " + written.message()};
-      }
-    }
-    char lr[48];
-    std::snprintf(lr, sizeof(lr), "%g", scale);
-    f.exit_code = kExitRollback;
-    f.message += "; rollback " + std::to_string(done + 1) + " of " +
-                 std::to_string(t.max_rollbacks) +
-                 ": restarting from the newest checkpoint with the learning rate x " + lr;
-    return f;
-  }
-
-  // train.nan_policy rollback: the rollbacks made before this attempt (rollbacks.json), and
-  // their learning-rate scale from the first step on.
-  std::optional<Failure> ReadRollbacks() {
-    if (spec_.train.nan_policy != "rollback") return std::nullopt;
-    const std::string path = JobLayout(o_.job_dir).rollbacks();
-    const std::string text = ReadFileText(path);
-    if (text.empty()) return std::nullopt;
-    try {
-      rollbacks_ = nlohmann::json::parse(text);
-      lr_scale_ = rollbacks_.at("lr_scale").get<double>();
-      const int64_t done = rollbacks_.at("rollbacks").get<int64_t>();
-      if (!(lr_scale_ > 0 && lr_scale_ <= 1) || done < 0) throw std::out_of_range("values");
-      if (o_.rank == 0 && done > 0) {
-        char what[200];
-        std::snprintf(
-            what, sizeof(what),
-            "train.nan_policy rollback: %lld of %lld made; the learning rate is x %g (the last "
-            "at step %lld)",
-            static_cast<long long>(done), static_cast<long long>(spec_.train.max_rollbacks),
-            lr_scale_,
-            static_cast<long long>(rollbacks_.at("history").back().at("step").get<int64_t>()));
-        reporter_.OnEvent(EventLevel::kWarning, what);
-      }
-    } catch (const std::exception& e) {
-      return Failure{kExitDataError, path + ": not a rollback record (" + e.what() +
-                                         "); remove it to start the rollbacks over"};
-    }
-    return std::nullopt;
   }
 
   // Once: the step captured as a CUDA graph, and the start-up summary after the first step.
@@ -609,20 +405,6 @@ class Trainer {
     return step == spec_.train.max_steps || (every > 0 && step % every == 0);
   }
 
-  // Rank 0 renders the validation prompts with the current motion modules; the other ranks
-  // wait at a barrier meanwhile (its timeout is the communicator's operation timeout).
-  std::optional<Failure> RenderValidation() {
-    if (validation_) {
-      std::optional<Ema::Applied> averaged;  // validation.weights: ema
-      if (ema_ && spec_.validation.weights == "ema") averaged.emplace(ema_.get());
-      auto rendered = validation_->Render(*model_, state_.step);
-      if (!rendered.ok()) return Failure{kExitCrash, "validation: " + rendered.status().ToString()};
-      reporter_.OnSamples(ToSamplesReport(*rendered, o_.job_dir));
-    }
-    if (parallel_.comm) parallel_.comm->Barrier();
-    return std::nullopt;
-  }
-
   const TrainerOptions& o_;
   const JobSpec& spec_;
   Reporter& reporter_;
@@ -635,21 +417,17 @@ class Trainer {
   std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<DistributedSampler> sampler_;
   std::unique_ptr<NoiseSchedule> schedule_;
-  std::optional<LoraAdapters> lora_;                  // model.lora: the adapters that train
-  std::map<std::string, std::string> lora_metadata_;  // its checkpoint file's metadata
+  std::optional<TrainedLora> lora_;  // model.lora: the adapters that train
   std::vector<std::pair<std::string, torch::Tensor>> params_;
-  // train.nan_policy rollback: the rollbacks the job made so far (rollbacks.json) and the
-  // learning-rate scale they left.
-  nlohmann::json rollbacks_ = nlohmann::json::object();
-  double lr_scale_ = 1.0;
+  NanRollback rollback_{o_};  // train.nan_policy
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<Ema> ema_;                        // train.ema
-  std::pair<int64_t, double> last_eval_{-1, 0};     // the step and loss of the latest eval
-  DataParallel parallel_;                           // world_size > 1
-  std::optional<StepMetrics> metrics_;              // set by BuildDevice
-  std::unique_ptr<ValidationRenderer> validation_;  // rank 0, when validation.prompts is set
-  std::unique_ptr<BatchLoader> batches_;  // after the dataset, sampler and schedule it reads
-  TrainState state_;                      // step, samples seen; the sampler at checkpoints
+  std::unique_ptr<Ema> ema_;                     // train.ema
+  std::pair<int64_t, double> last_eval_{-1, 0};  // the step and loss of the latest eval
+  DataParallel parallel_;                        // world_size > 1
+  std::optional<StepMetrics> metrics_;           // set by BuildDevice
+  TrainingValidation validation_;                // validation.prompts
+  std::unique_ptr<BatchLoader> batches_;         // after the dataset, sampler and schedule it reads
+  TrainState state_;                             // step, samples seen; the sampler at checkpoints
   Checkpointer checkpoints_{o_, [this] { return CurrentState(); }};
   StartupTimer startup_;
   bool startup_reported_ = false;
