@@ -3,13 +3,20 @@
 // A rank fills a MetricValues per logged step (worker/report/reporter.h calls it StepReport),
 // sends it as a v1::MetricPoint (proto/metric_point.h converts, field by field name), adctld
 // stores it (server/store/store.h: MetricRecord is these values plus who sent them) and serves
-// it back as the same proto. The store's columns, both conversions, the worker's
-// `--metrics-out` lines and the test against the proto (tests/server/convert_test.cc) all come
-// from ForEachMetricValue. Adding a metric: the MetricPoint field, a member and a line below,
-// and a store migration adding its column; then its uses (Prometheus, the CLI, the web page).
+// it back as the same proto. The store's columns (created at open for a value that has none
+// yet), both conversions, the worker's `--metrics-out` lines, the test against the proto
+// (tests/server/convert_test.cc) all come from ForEachMetricValue, and adctld's plain
+// Prometheus series from kPrometheusSeries below.
+//
+// Adding a metric: its v1::MetricPoint field (proto/), a member and a ForEachMetricValue line
+// below, a kPrometheusSeries row when it is a plain Prometheus series, and the worker measuring
+// it; then where it is shown (the web page, README.md's "Metrics"). No store migration and no
+// edit in server/ or its tests: the column is added at open, with the member's default.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -85,6 +92,67 @@ void ForEachMetricValue(Values& m, F&& f) {
 
 // ForEachMetricValue as a callable (common/record_values.h's kCheckpointValues says why).
 inline constexpr auto kMetricValues = [](auto& values, auto&& f) { ForEachMetricValue(values, f); };
+
+// The value of `m` that ForEachMetricValue names `name`, as a double; nullopt for no such name.
+inline std::optional<double> MetricValueByName(const MetricValues& m, std::string_view name) {
+  std::optional<double> value;
+  ForEachMetricValue(m, [&](std::string_view n, const auto& v) {
+    if (n == name) value = static_cast<double>(v);
+  });
+  return value;
+}
+
+// How adctld exports a row of kPrometheusSeries from the points of a training job's ranks (a
+// preprocess job has none of these series).
+enum class SeriesKind {
+  kJobGauge,     // set from rank 0's point; labels job_id
+  kRankGauge,    // set from each rank's point; labels job_id, rank
+  kRankCounter,  // incremented by each rank's value (a negative one adds 0); labels job_id, rank;
+                 // exists at 0 for every rank of a training job from its first scrape on
+};
+
+// A value exported as a plain Prometheus series: one family, one series per job (or rank), its
+// latest value (or their sum). server/metrics/job_metrics.cc builds one family per row of
+// kPrometheusSeries; what is not plain (eval loss per timestep, the step-time histogram, the
+// preprocess and device series) it builds by hand. README.md's "Metrics" lists them all.
+struct PrometheusSeries {
+  const char* value;   // its ForEachMetricValue (v1::MetricPoint) name
+  const char* family;  // units in the name; a counter's ends in _total
+  const char* help;
+  SeriesKind kind;
+  bool positive_only = false;  // a gauge's value <= 0 (unknown) is not exported
+};
+
+inline constexpr PrometheusSeries kPrometheusSeries[] = {
+    {"loss", "adctl_train_loss", "Latest training loss (mean over ranks).", SeriesKind::kJobGauge},
+    {"learning_rate", "adctl_train_learning_rate", "Learning rate of the latest optimizer step.",
+     SeriesKind::kJobGauge},
+    {"step", "adctl_train_global_step", "Optimizer steps done.", SeriesKind::kJobGauge},
+    {"total_steps", "adctl_train_total_steps", "Optimizer steps the job runs.",
+     SeriesKind::kJobGauge},
+    {"clips_per_second", "adctl_train_clips_per_second",
+     "Training throughput of all ranks, clips per second.", SeriesKind::kJobGauge},
+    {"mfu_ratio", "adctl_train_mfu_ratio",
+     "Model FLOPs utilisation of rank 0's GPU (training FLOPs per clip x clips/s per rank / "
+     "dense bf16 peak); absent on CPU ranks.",
+     SeriesKind::kJobGauge, /*positive_only=*/true},
+    {"peak_memory_bytes", "adctl_train_peak_memory_bytes",
+     "Device memory high-water mark of a rank.", SeriesKind::kRankGauge, /*positive_only=*/true},
+    {"data_wait_seconds", "adctl_train_data_wait_seconds_total",
+     "Time a rank waited for its next batch.", SeriesKind::kRankCounter},
+    {"allreduce_exposed_seconds", "adctl_train_allreduce_exposed_seconds_total",
+     "All-reduce time not hidden behind backward.", SeriesKind::kRankCounter},
+};
+// A counter exists at 0 from the start and adds only what is positive: positive_only is a
+// gauge's.
+static_assert(
+    [] {
+      for (const PrometheusSeries& row : kPrometheusSeries) {
+        if (row.kind == SeriesKind::kRankCounter && row.positive_only) return false;
+      }
+      return true;
+    }(),
+    "a kRankCounter row is not positive_only");
 
 // The skip counts of `m` under their reason names ("missing", ..., as VideoErrorName spells
 // them), for the Prometheus series and the CLI.

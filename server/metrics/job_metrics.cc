@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/job_spec.h"
 
@@ -62,48 +63,16 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                 .Name("adctl_jobs")
                 .Help("Jobs known to adctld, by state.")
                 .Register(*registry_)),
-      loss_(BuildGauge()
-                .Name("adctl_train_loss")
-                .Help("Latest training loss (mean over ranks).")
-                .Register(*registry_)),
+      listed_(RegisterListed(*registry_)),
       eval_loss_(BuildGauge()
                      .Name("adctl_eval_loss")
                      .Help("Latest eval loss on held-out clips (the spec's eval), per timestep "
                            "and overall (timestep=\"all\").")
                      .Register(*registry_)),
-      learning_rate_(BuildGauge()
-                         .Name("adctl_train_learning_rate")
-                         .Help("Learning rate of the latest optimizer step.")
-                         .Register(*registry_)),
-      global_step_(BuildGauge()
-                       .Name("adctl_train_global_step")
-                       .Help("Optimizer steps done.")
-                       .Register(*registry_)),
-      total_steps_(BuildGauge()
-                       .Name("adctl_train_total_steps")
-                       .Help("Optimizer steps the job runs.")
-                       .Register(*registry_)),
-      clips_per_second_(BuildGauge()
-                            .Name("adctl_train_clips_per_second")
-                            .Help("Training throughput of all ranks, clips per second.")
-                            .Register(*registry_)),
-      mfu_(BuildGauge()
-               .Name("adctl_train_mfu_ratio")
-               .Help("Model FLOPs utilisation of rank 0's GPU (training FLOPs per clip x clips/s "
-                     "per rank / dense bf16 peak); absent on CPU ranks.")
-               .Register(*registry_)),
       step_duration_(BuildHistogram()
                          .Name("adctl_train_step_duration_seconds")
                          .Help("Wall time of one optimizer step (rank 0).")
                          .Register(*registry_)),
-      data_wait_(BuildCounter()
-                     .Name("adctl_train_data_wait_seconds_total")
-                     .Help("Time a rank waited for its next batch.")
-                     .Register(*registry_)),
-      allreduce_exposed_(BuildCounter()
-                             .Name("adctl_train_allreduce_exposed_seconds_total")
-                             .Help("All-reduce time not hidden behind backward.")
-                             .Register(*registry_)),
       videos_skipped_(BuildGauge()
                           .Name("adctl_preprocess_videos_skipped")
                           .Help("Videos a preprocess rank's shards skipped so far, by reason "
@@ -126,10 +95,6 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                              .Help("Videos a preprocess job decodes per second, cached or "
                                    "skipped, all ranks (rank 0's latest shard).")
                              .Register(*registry_)),
-      peak_memory_(BuildGauge()
-                       .Name("adctl_train_peak_memory_bytes")
-                       .Help("Device memory high-water mark of a rank.")
-                       .Register(*registry_)),
       checkpoint_last_success_(BuildGauge()
                                    .Name("adctl_checkpoint_last_success_timestamp_seconds")
                                    .Help("Unix time of the newest committed checkpoint.")
@@ -165,6 +130,20 @@ JobMetrics::JobMetrics(Store* store, double retain_seconds)
                         .Help(std::string(f.help) + " Per device of this node, at the scrape.")
                         .Register(*registry_));
   }
+}
+
+std::vector<JobMetrics::ListedFamily> JobMetrics::RegisterListed(prometheus::Registry& registry) {
+  std::vector<ListedFamily> out;
+  for (const PrometheusSeries& row : kPrometheusSeries) {
+    ListedFamily f{&row, nullptr, nullptr};
+    if (row.kind == SeriesKind::kRankCounter) {
+      f.counter = &BuildCounter().Name(row.family).Help(row.help).Register(registry);
+    } else {
+      f.gauge = &BuildGauge().Name(row.family).Help(row.help).Register(registry);
+    }
+    out.push_back(f);
+  }
+  return out;
 }
 
 void JobMetrics::AttachDevices(std::vector<Device> inventory,
@@ -319,14 +298,20 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
       }
       continue;
     }
-    WithSeries(data_wait_, m.job_id, per_rank, add(m.data_wait_seconds));
-    WithSeries(allreduce_exposed_, m.job_id, per_rank, add(m.allreduce_exposed_seconds));
-    if (m.peak_memory_bytes > 0) {
-      WithSeries(peak_memory_, m.job_id, per_rank, set(static_cast<double>(m.peak_memory_bytes)));
+    const prometheus::Labels job{{"job_id", m.job_id}};
+    for (const ListedFamily& f : listed_) {
+      if (f.row->kind == SeriesKind::kJobGauge && m.rank != 0) continue;  // rank 0's alone
+      const std::optional<double> v = MetricValueByName(m, f.row->value);
+      if (!v || (f.row->positive_only && *v <= 0)) continue;
+      if (f.counter != nullptr) {
+        WithSeries(*f.counter, m.job_id, per_rank, add(*v));
+      } else {
+        WithSeries(*f.gauge, m.job_id, f.row->kind == SeriesKind::kJobGauge ? job : per_rank,
+                   set(*v));
+      }
     }
     UpdateRankDevice(m);
     if (m.rank != 0) continue;
-    const prometheus::Labels job{{"job_id", m.job_id}};
     if (m.eval_loss >= 0) {
       WithSeries(eval_loss_, m.job_id, {{"job_id", m.job_id}, {"timestep", "all"}},
                  set(m.eval_loss));
@@ -335,12 +320,6 @@ void JobMetrics::OnMetrics(const std::vector<MetricRecord>& points) {
                    set(loss));
       }
     }
-    WithSeries(loss_, m.job_id, job, set(m.loss));
-    WithSeries(learning_rate_, m.job_id, job, set(m.learning_rate));
-    WithSeries(global_step_, m.job_id, job, set(static_cast<double>(m.step)));
-    WithSeries(total_steps_, m.job_id, job, set(static_cast<double>(m.total_steps)));
-    WithSeries(clips_per_second_, m.job_id, job, set(m.clips_per_second));
-    if (m.mfu_ratio > 0) WithSeries(mfu_, m.job_id, job, set(m.mfu_ratio));
     WithSeries(
         step_duration_, m.job_id, job,
         [&](prometheus::Histogram& h) {
@@ -373,8 +352,9 @@ void JobMetrics::AddCountersAtZero(const JobRecord& j) {
   WithSeries(step_duration_, j.id, {{"job_id", j.id}}, none, step_buckets_);
   for (int rank = 0; rank < j.gpus; ++rank) {
     const prometheus::Labels per_rank{{"job_id", j.id}, {"rank", std::to_string(rank)}};
-    WithSeries(data_wait_, j.id, per_rank, none);
-    WithSeries(allreduce_exposed_, j.id, per_rank, none);
+    for (const ListedFamily& f : listed_) {
+      if (f.counter != nullptr) WithSeries(*f.counter, j.id, per_rank, none);
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 // adctld's Prometheus metrics (README.md "Metrics" lists them), on prometheus-cpp's registry:
 // job counts by state, per-job training progress, per-rank data wait, checkpoints and restarts.
+// The plain series of a step's values come from kPrometheusSeries (common/metric_values.h), one
+// family per row; the others are built here by hand.
 // Label `job_id`, never `job` (Prometheus owns it). Series of a finished job are dropped
 // `retain_seconds` after it ended, so /metrics does not grow without bound. adctld serves the
 // text format from its own HTTP server (server/http), so prometheus-cpp's civetweb exposer is
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metric_values.h"
 #include "server/supervisor/supervisor.h"
 
 namespace adctl {
@@ -51,6 +54,15 @@ class JobMetrics : public SupervisorObserver {
   size_t SeriesOf(const std::string& job_id);
 
  private:
+  // A family of kPrometheusSeries: the row and its gauge, or its counter (kRankCounter).
+  struct ListedFamily {
+    const PrometheusSeries* row;
+    prometheus::Family<prometheus::Gauge>* gauge;
+    prometheus::Family<prometheus::Counter>* counter;
+  };
+  // Registers one family per row of kPrometheusSeries, in its order.
+  static std::vector<ListedFamily> RegisterListed(prometheus::Registry& registry);
+
   // Applies `update` to the series of `family` with `labels` (created on first use, with
   // `args`), a series of job `job_id` that DropJob removes.
   template <typename T, typename Update, typename... Args>
@@ -62,8 +74,8 @@ class JobMetrics : public SupervisorObserver {
   // Whether the job trains (not a preprocess job), from its spec, cached.
   bool Trains(const std::string& job_id);
   void UpdateRankDevice(const MetricRecord& m);
-  // Creates job `j`'s counters (restarts; a training job's data wait and exposed all-reduce per
-  // rank, and its step-time histogram) at 0 where they do not exist yet.
+  // Creates job `j`'s counters (restarts; a training job's kRankCounter series per rank and its
+  // step-time histogram) at 0 where they do not exist yet.
   void AddCountersAtZero(const JobRecord& j);
   // Removes a job's series of `family` with `labels` and forgets its remover; requires mu_.
   void RemoveSeries(prometheus::Family<prometheus::Gauge>& family, const std::string& job_id,
@@ -77,22 +89,14 @@ class JobMetrics : public SupervisorObserver {
   const std::shared_ptr<prometheus::Registry> registry_;
 
   prometheus::Family<prometheus::Gauge>& jobs_;
-  prometheus::Family<prometheus::Gauge>& loss_;
+  const std::vector<ListedFamily> listed_;  // one per row of kPrometheusSeries
   prometheus::Family<prometheus::Gauge>& eval_loss_;
-  prometheus::Family<prometheus::Gauge>& learning_rate_;
-  prometheus::Family<prometheus::Gauge>& global_step_;
-  prometheus::Family<prometheus::Gauge>& total_steps_;
-  prometheus::Family<prometheus::Gauge>& clips_per_second_;
-  prometheus::Family<prometheus::Gauge>& mfu_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
-  prometheus::Family<prometheus::Counter>& data_wait_;
-  prometheus::Family<prometheus::Counter>& allreduce_exposed_;
   prometheus::Family<prometheus::Gauge>& videos_skipped_;
   prometheus::Family<prometheus::Gauge>& shards_written_;
   prometheus::Family<prometheus::Gauge>& shards_;
   prometheus::Family<prometheus::Gauge>& clips_written_;
   prometheus::Family<prometheus::Gauge>& videos_per_second_;
-  prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& checkpoint_last_success_;
   prometheus::Family<prometheus::Gauge>& checkpoint_size_;
   prometheus::Family<prometheus::Counter>& restarts_;

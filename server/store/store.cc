@@ -187,6 +187,17 @@ Status Store::Migrate() {
     ADCTL_RETURN_IF_ERROR(Exec("PRAGMA user_version=" + std::to_string(v + 1)));
     ADCTL_RETURN_IF_ERROR(txn.Commit());
   }
+  // Then a column for each metric value the table lacks (a metric added since): no migration.
+  auto columns = Query(db_, "PRAGMA table_info(metrics)", NoBinds,
+                       [](const Stmt& s) { return s.Text("name"); });
+  if (!columns.ok()) return columns.status();
+  const std::string add = store_internal::MissingMetricColumns({columns->begin(), columns->end()});
+  if (!add.empty()) {
+    Txn txn(db_);
+    ADCTL_RETURN_IF_ERROR(txn.begin_status());
+    ADCTL_RETURN_IF_ERROR(Exec(add));
+    ADCTL_RETURN_IF_ERROR(txn.Commit());
+  }
   schema_version_ = latest;
   return Status::Ok();
 }

@@ -1,6 +1,13 @@
 // The store's SQL schema: the numbered migrations that build it, oldest first. Store::Open
-// (store.cc) applies those a database has not had yet, each in its own transaction.
+// (store.cc) applies those a database has not had yet, each in its own transaction, then adds
+// the metric columns the list has and the table lacks.
 #include "server/store/store_schema.h"
+
+#include <cstdio>
+#include <string_view>
+#include <type_traits>
+
+#include "common/metric_values.h"
 
 namespace adctl::store_internal {
 
@@ -226,6 +233,30 @@ ALTER TABLE jobs ADD COLUMN preempted_by TEXT NOT NULL DEFAULT '';
 )sql",
   };
   return migrations;
+}
+
+std::string MissingMetricColumns(const std::set<std::string, std::less<>>& columns) {
+  const MetricValues defaults;
+  std::string sql;
+  ForEachMetricValue(defaults, [&](const char* name, const auto& value) {
+    if (columns.count(std::string_view(name)) > 0) return;
+    using T = std::decay_t<decltype(value)>;
+    static_assert(std::is_integral_v<T> || std::is_floating_point_v<T>,
+                  "a metric value is an integer or a float");
+    std::string type, literal;
+    if constexpr (std::is_integral_v<T>) {
+      type = "INTEGER";
+      literal = std::to_string(value);
+    } else {
+      type = "REAL";
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.17g", static_cast<double>(value));  // round-trips
+      literal = text;
+    }
+    sql += "ALTER TABLE metrics ADD COLUMN " + std::string(name) + " " + type +
+           " NOT NULL DEFAULT " + literal + ";\n";
+  });
+  return sql;
 }
 
 }  // namespace adctl::store_internal

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <string_view>
+#include <type_traits>
 
 #include "tests/testing/temp_store.h"
 
@@ -146,6 +148,75 @@ TEST_F(JobMetricsTest, ExportsEveryListedSeriesWithItsLabels) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command << "\n" << output;
 }
 
+// Every row of kPrometheusSeries (common/metric_values.h) becomes its family, from the value it
+// names, with its kind's type and labels: a new plain series needs no edit here.
+TEST_F(JobMetricsTest, EveryRowOfTheSeriesTableIsExportedAsItsKindSays) {
+  // Row i's value: 100 (i + 1) on rank 0, one more on rank 1; the other values are Point's.
+  const auto with_rows = [](MetricRecord m, int64_t base) {
+    for (size_t i = 0; i < std::size(kPrometheusSeries); ++i) {
+      bool named = false;
+      ForEachMetricValue(m, [&](std::string_view name, auto& v) {
+        if (name != kPrometheusSeries[i].value) return;
+        v = static_cast<std::decay_t<decltype(v)>>(base + 100 * static_cast<int64_t>(i + 1));
+        named = true;
+      });
+      EXPECT_TRUE(named) << kPrometheusSeries[i].value << " is not a ForEachMetricValue name";
+    }
+    return m;
+  };
+  const auto value = [](size_t i, int rank) { return 100 * static_cast<int64_t>(i + 1) + rank; };
+  MetricRecord shard = with_rows(Point(0, 1), 0);  // a preprocess rank: no adctl_train_* series
+  shard.job_id = "j-2";
+  JobMetrics metrics(store_.get());
+  // Twice: a gauge keeps the latest value, a counter adds them up.
+  for (int times = 0; times < 2; ++times) {
+    metrics.OnMetrics({with_rows(Point(0, 1), 0), with_rows(Point(1, 1), 1), shard});
+  }
+  const std::string text = metrics.Scrape();
+  for (size_t i = 0; i < std::size(kPrometheusSeries); ++i) {
+    const PrometheusSeries& row = kPrometheusSeries[i];
+    const std::string family = row.family;
+    const bool counter = row.kind == SeriesKind::kRankCounter;
+    EXPECT_THAT(text, HasSubstr("# HELP " + family + " " + row.help + "\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE " + family + (counter ? " counter\n" : " gauge\n")));
+    if (row.kind == SeriesKind::kJobGauge) {
+      // Rank 0's value, no rank label.
+      EXPECT_THAT(text,
+                  HasSubstr(family + "{job_id=\"j-1\"} " + std::to_string(value(i, 0)) + "\n"));
+      EXPECT_THAT(text, Not(HasSubstr(family + "{job_id=\"j-1\",rank=")));
+    } else {
+      for (int rank : {0, 1}) {
+        const int64_t v = counter ? 2 * value(i, rank) : value(i, rank);
+        EXPECT_THAT(text, HasSubstr(family + "{job_id=\"j-1\",rank=\"" + std::to_string(rank) +
+                                    "\"} " + std::to_string(v) + "\n"));
+      }
+    }
+    EXPECT_THAT(text, Not(HasSubstr(family + "{job_id=\"j-2\"")));
+  }
+
+  // Every value 0: a positive-only row is not exported, the others are (a counter from 0).
+  JobMetrics zeros(store_.get());
+  MetricRecord zero0 = Point(0, 1), zero1 = Point(1, 1);
+  for (MetricRecord* m : {&zero0, &zero1}) {
+    for (const PrometheusSeries& row : kPrometheusSeries) {
+      ForEachMetricValue(*m, [&](std::string_view name, auto& v) {
+        if (name == row.value) v = 0;
+      });
+    }
+  }
+  zeros.OnMetrics({zero0, zero1});
+  const std::string zero_text = zeros.Scrape();
+  for (const PrometheusSeries& row : kPrometheusSeries) {
+    const std::string series = std::string(row.family) + "{job_id=\"j-1\"" +
+                               (row.kind == SeriesKind::kJobGauge ? "} 0\n" : ",rank=\"1\"} 0\n");
+    if (row.positive_only) {
+      EXPECT_THAT(zero_text, Not(HasSubstr(std::string(row.family) + "{job_id=\"j-1\"")));
+    } else {
+      EXPECT_THAT(zero_text, HasSubstr(series));
+    }
+  }
+}
+
 TEST_F(JobMetricsTest, ARankOnAnotherDeviceAfterARestartLeavesNoSeriesOfTheOldOne) {
   // Attempt 1 runs rank 0 on cpu0; attempt 2 (after a restart) on cpu2.
   TransitionChanges first;
@@ -188,9 +259,18 @@ TEST_F(JobMetricsTest, AFinishedJobsSeriesAreDroppedAfterTheRetention) {
   JobMetrics metrics(store_.get(), /*retain_seconds=*/0);
   metrics.OnMetrics({Point(0, 1), Point(1, 1)});
   metrics.OnRestart("j-1");
-  // 2 ranks × (data wait, all-reduce, peak memory) + loss, lr, step, total, clips/s, step time,
-  // restarts; the info series comes with the scrape.
-  EXPECT_EQ(metrics.SeriesOf("j-1"), 13u);
+  // Per row of kPrometheusSeries, one series per rank (rank 0's alone for a job gauge) with a
+  // value to export, + step time and restarts; the info series comes with the scrape.
+  size_t series = 2;
+  for (const PrometheusSeries& row : kPrometheusSeries) {
+    for (int rank : {0, 1}) {
+      if (row.kind == SeriesKind::kJobGauge && rank != 0) continue;
+      if (!row.positive_only || MetricValueByName(Point(rank, 1), row.value).value_or(0) > 0) {
+        ++series;
+      }
+    }
+  }
+  EXPECT_EQ(metrics.SeriesOf("j-1"), series);
   EXPECT_THAT(metrics.Scrape(), HasSubstr("adctl_train_loss{job_id=\"j-1\"}"));
   metrics.OnJobFinished("j-1", JobState::kSucceeded);
   ASSERT_TRUE(store_->Transition("j-1", JobState::kQueued, JobState::kCancelled, "test").ok());

@@ -7,8 +7,10 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "tests/server/store_fixture.h"
 
@@ -113,6 +115,82 @@ TEST_F(StoreTest, MigratesADatabaseOfTheFirstSchema) {
   checkpoint.stall_seconds = 0.5;
   ASSERT_TRUE(store_->AddCheckpoint(checkpoint).ok());
   EXPECT_EQ(store_->ListCheckpoints("j-old")->at(0).stall_seconds, 0.5);  // migration 9
+}
+
+// The metric columns follow from ForEachMetricValue, not from migrations: a metrics table that
+// lacks some (a database from before a metric was added) gains them at open, its rows reading
+// the member's default, and new rows round-trip every value.
+TEST_F(StoreTest, MetricColumnsTheTableLacksAreAddedAtOpenWithTheirDefaults) {
+  const auto values_of = [](const MetricValues& m) {
+    std::map<std::string, double> out;
+    ForEachMetricValue(
+        m, [&](const char* name, const auto& v) { out[name] = static_cast<double>(v); });
+    return out;
+  };
+  // A point with a distinct value in each column: 10, 11, ... (step, the first, is 10).
+  const auto point = [](int64_t first) {
+    MetricRecord m;
+    m.job_id = "j-m";
+    m.attempt = 1;
+    int64_t next = first;
+    ForEachMetricValue(
+        m, [&](const char*, auto& v) { v = static_cast<std::decay_t<decltype(v)>>(next++); });
+    return m;
+  };
+  ASSERT_TRUE(store_->InsertJob(NewJob("j-m")).ok());
+  ASSERT_TRUE(store_->AddMetrics({point(10)}).ok());
+  const int version = store_->schema_version();
+  store_.reset();
+  // Every list column goes but step (the table's UNIQUE key needs it); the row stays.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  const MetricValues defaults;
+  ForEachMetricValue(defaults, [&](const char* name, const auto&) {
+    if (std::string(name) == "step") return;
+    const std::string drop = std::string("ALTER TABLE metrics DROP COLUMN ") + name;
+    EXPECT_EQ(sqlite3_exec(db, drop.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << drop << ": " << sqlite3_errmsg(db);
+  });
+  sqlite3_close(db);
+
+  auto reopened = Store::Open(path_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  store_ = std::move(reopened.value());
+  EXPECT_EQ(store_->schema_version(), version) << "no migration: the columns follow the list";
+  // Each column is back, typed by its member, NOT NULL.
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  std::map<std::string, std::pair<std::string, int>> declared;  // name → (type, notnull)
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA table_info(metrics)", -1, &stmt, nullptr), SQLITE_OK);
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    declared[reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1))] = {
+        reinterpret_cast<const char*>(sqlite3_column_text(stmt, 2)), sqlite3_column_int(stmt, 3)};
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  ForEachMetricValue(defaults, [&](const char* name, const auto& v) {
+    const std::string type = std::is_integral_v<std::decay_t<decltype(v)>> ? "INTEGER" : "REAL";
+    EXPECT_EQ(declared[name], std::make_pair(type, 1)) << name;
+  });
+  // The old row: its step, and each re-added column's default (eval_loss -1, ...).
+  auto points = store_->ListMetrics("j-m", 0);
+  ASSERT_TRUE(points.ok()) << points.status().ToString();
+  ASSERT_EQ(points->size(), 1u);
+  MetricValues want = defaults;
+  want.step = 10;
+  EXPECT_EQ(values_of(points->at(0)), values_of(want));
+  // A new row round-trips every value, then and after another open (which adds nothing).
+  ASSERT_TRUE(store_->AddMetrics({point(100)}).ok());
+  for (int open = 0; open < 2; ++open) {
+    points = store_->ListMetrics("j-m", 0);
+    ASSERT_TRUE(points.ok()) << points.status().ToString();
+    ASSERT_EQ(points->size(), 2u);
+    EXPECT_EQ(values_of(points->at(1)), values_of(point(100)));
+    store_.reset();
+    reopened = Store::Open(path_);
+    ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+    store_ = std::move(reopened.value());
+  }
 }
 
 // Labels (migration 15): kept as given, and a listing keeps only the jobs with every label asked
