@@ -1,91 +1,28 @@
 // The adctld JSON API (docs/web.md): typed responses and one fetch helper that adds the bearer
 // token and, when adctld answers 401, asks for the token once (kept in localStorage) and retries.
 //
-// Field names are the proto's (adctl.v1, preserve_proto_field_names); int64 fields arrive as
-// JSON strings (proto3 JSON mapping), hence `Int` and num(). tests/web/api_types.mjs checks every
-// interface that mirrors a message against proto/adctl/v1/job_service.proto (ctest web_api_types).
+// The adctl.v1 message types are generated from proto/adctl/v1/job_service.proto into src/gen/
+// by ts-proto (`npm run gen`, which build and typecheck run first; never committed), so a field
+// added to the proto needs no change here. The generator's options (package.json) give the JSON
+// adctld prints (proto/json.cc): the proto's field names, every scalar, repeated and map field
+// present, enums by name, int64 as strings (hence `Int` and num()); message fields may be absent.
+// Only the HTTP-only answers (Updates, LogChunk) are written here: tests/web/api_types.mjs
+// (ctest web_api_types) checks that, and the generated types against the proto.
+import type * as pb from "./gen/adctl/v1/job_service";
 
 export type Int = string | number;
 
 export const num = (v: Int | undefined): number => (v === undefined ? 0 : Number(v));
 
-export interface Progress {
-  step: Int;
-  total_steps: Int;
-  loss: number;
-  clips_per_second: number;
-  step_seconds: number;
-  eta_seconds: number;
-  last_checkpoint_step: Int;
-  updated_at: number;
-  mfu_ratio: number;
-}
-
-export interface Rank {
-  rank: number;
-  pid: number;
-  device: string;
-  alive: boolean;
-  exit_code: number;
-  exit_signal: number;
-  last_heartbeat: number;
-}
-
-export interface Job {
-  id: string;
-  name: string;
-  state: string; // "JOB_STATE_RUNNING"
-  gpus: number;
-  priority: number;
-  submitted_at: number;
-  started_at: number;
-  finished_at: number;
-  attempt: number;
-  restarts: number;
-  max_restarts: number;
-  message: string;
-  wait_reason: string;
-  devices: string[];
-  progress?: Progress;
-  ranks: Rank[];
-  trains?: string; // "motion modules", or "MotionLoRA rank 64, alpha 64 (…) on <base>"
-  after?: string[]; // the jobs it waits for (adctl submit --after)
-  after_any?: boolean; // any end of them will do, not only SUCCEEDED
-  labels?: Record<string, string>; // adctl submit --label k=v
-  preemptible?: boolean; // resources.preemptible
-  preempted_by?: string; // the job that preempted it, until it starts again
-  spec_yaml?: string; // the canonical YAML of the effective spec (GET /jobs/{id} carries it)
-}
-
-export interface JobEvent {
-  id: Int;
-  attempt: number;
-  time: number;
-  kind: string;
-  level: string;
-  message: string;
-}
-
-// One rank's step (adctl.v1.MetricPoint).
-export interface MetricPoint {
-  attempt: number;
-  rank: number;
-  step: Int;
-  time: number;
-  loss: number;
-  learning_rate: number;
-  clips_per_second: number;
-  mfu_ratio: number;
-  gpu_utilization: number; // 0..1; negative: not measured
-  eval_loss?: number; // held-out loss at eval steps (issue 30); absent from older adctlds
-  samples_seen?: Int; // a preprocess rank: clips written so far
-  // A preprocess rank: videos its shards skipped so far, by reason.
-  videos_skipped_missing?: Int;
-  videos_skipped_unreadable?: Int;
-  videos_skipped_zero_frames?: Int;
-  videos_skipped_truncated?: Int;
-  videos_skipped_too_short?: Int;
-}
+export type Progress = pb.Progress;
+export type Rank = pb.Rank;
+export type Job = pb.Job;
+export type JobEvent = pb.Event;
+export type MetricPoint = pb.MetricPoint; // one rank's step
+export type ArtifactFile = pb.ArtifactFile;
+export type Export = pb.Export;
+export type Checkpoint = pb.Checkpoint;
+export type Sample = pb.Sample;
 
 export const SKIP_REASONS = ["missing", "unreadable", "zero_frames", "truncated", "too_short"] as const;
 
@@ -98,39 +35,6 @@ export function skippedByReason(p: MetricPoint): Record<(typeof SKIP_REASONS)[nu
     truncated: num(p.videos_skipped_truncated),
     too_short: num(p.videos_skipped_too_short),
   };
-}
-
-export interface ArtifactFile {
-  path: string;
-  size_bytes: Int;
-}
-
-export interface Export {
-  step: Int;
-  format: string;
-  weights: string; // "raw" | "ema"
-  path: string;
-  files: ArtifactFile[];
-  created_at: number;
-}
-
-export interface Checkpoint {
-  step: Int;
-  path: string;
-  size_bytes: Int;
-  created_at: number;
-  attempt: number;
-  on_disk: boolean;
-}
-
-export interface Sample {
-  step: Int;
-  index: number;
-  prompt: string;
-  mp4: string;
-  gif: string;
-  on_disk: boolean;
-  render_seconds?: number; // this sample's rendering (sampling and its files)
 }
 
 export interface Updates {
@@ -232,9 +136,9 @@ export async function artifactUrl(jobId: string, path: string): Promise<string> 
 const jobPath = (id: string) => `/api/v1/jobs/${encodeURIComponent(id)}`;
 
 export const api = {
-  jobs: () => call<{ jobs: Job[] }>("GET", "/api/v1/jobs"),
+  jobs: () => call<pb.ListJobsResponse>("GET", "/api/v1/jobs"),
   job: (id: string) => call<Job>("GET", jobPath(id)),
-  events: (id: string) => call<{ events: JobEvent[] }>("GET", `${jobPath(id)}/events`),
+  events: (id: string) => call<pb.ListEventsResponse>("GET", `${jobPath(id)}/events`),
   metrics: (id: string, maxPoints: number) =>
     call<{ points: MetricPoint[]; last_id: number }>("GET", `${jobPath(id)}/metrics?max_points=${maxPoints}`),
   updates: (id: string, afterEvent: number, afterMetric: number, signal: AbortSignal) =>
@@ -245,8 +149,8 @@ export const api = {
     ),
   logs: (id: string, rank: number, offset: number) =>
     call<LogChunk>("GET", `${jobPath(id)}/logs?rank=${rank}&offset=${offset}`),
-  checkpoints: (id: string) => call<{ checkpoints: Checkpoint[] }>("GET", `${jobPath(id)}/checkpoints`),
-  samples: (id: string) => call<{ samples: Sample[] }>("GET", `${jobPath(id)}/samples`),
-  exports: (id: string) => call<{ exports?: Export[] }>("GET", `${jobPath(id)}/exports`),
+  checkpoints: (id: string) => call<pb.ListCheckpointsResponse>("GET", `${jobPath(id)}/checkpoints`),
+  samples: (id: string) => call<pb.ListSamplesResponse>("GET", `${jobPath(id)}/samples`),
+  exports: (id: string) => call<pb.ListExportsResponse>("GET", `${jobPath(id)}/exports`),
   command: (id: string, command: "cancel" | "pause" | "resume") => call<Job>("POST", `${jobPath(id)}/${command}`),
 };
