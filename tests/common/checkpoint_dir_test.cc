@@ -13,6 +13,7 @@
 
 #include "common/job_spec.h"
 #include "common/sha256.h"
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -22,14 +23,6 @@ using ::testing::HasSubstr;
 
 class CheckpointDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("ckpt-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   static void WriteFile(const fs::path& path, const std::string& contents) {
     fs::create_directories(path.parent_path());
     std::ofstream out(path, std::ios::binary);
@@ -60,7 +53,9 @@ class CheckpointDirTest : public ::testing::Test {
     return pid;
   }
 
-  fs::path root_;
+  const TempDir tmp_;
+  // Not there yet: the first commit makes it.
+  const fs::path root_ = fs::path(tmp_.path()) / "checkpoints";
 };
 
 TEST_F(CheckpointDirTest, CommitWritesManifestAndRenames) {

@@ -2,10 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -14,16 +15,9 @@ namespace fs = std::filesystem;
 
 class RemoveTreeTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) / ("remove-tree-" + std::to_string(::getpid()));
-    fs::create_directories(root_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
   static void Touch(const fs::path& p) { std::ofstream(p) << "x"; }
-  fs::path root_;
+  const TempDir tmp_;
+  const fs::path root_{tmp_.path()};
 };
 
 TEST_F(RemoveTreeTest, RemovesANestedTreeAndCountsEntries) {
@@ -83,9 +77,8 @@ namespace {
 
 // A job's custom checkpoint or cache folder is its owner's alone, as the data directory is.
 TEST(MakePrivateDirectoriesTest, CreatesMissingFoldersOwnerOnlyAndKeepsExistingOnes) {
-  char tmpl[] = "/tmp/adctl-private-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
+  const TempDir tmp;
+  const std::string& root = tmp.path();
   ::chmod(root.c_str(), 0755);
   ASSERT_TRUE(MakePrivateDirectories(root + "/a/b/c").ok());
   for (const std::string& made : {root + "/a", root + "/a/b", root + "/a/b/c"}) {
@@ -101,7 +94,6 @@ TEST(MakePrivateDirectoriesTest, CreatesMissingFoldersOwnerOnlyAndKeepsExistingO
   Status blocked = MakePrivateDirectories(root + "/file/sub");
   EXPECT_FALSE(blocked.ok());
   EXPECT_NE(blocked.message().find(root + "/file"), std::string::npos) << blocked.message();
-  (void)RemoveTree(root);
 }
 
 }  // namespace

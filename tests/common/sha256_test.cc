@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing/temp_dir.h"
+
 namespace adctl {
 namespace {
 
@@ -71,7 +73,8 @@ TEST(Sha256Test, HasherResetsAfterDigest) {
 }
 
 TEST(Sha256Test, File) {
-  const std::string path = ::testing::TempDir() + "/sha256_test_file.bin";
+  const TempDir tmp;
+  const std::string path = tmp.file("sha256_test_file.bin");
   {
     std::ofstream out(path, std::ios::binary);
     std::string big(3 * 1024 * 1024 + 17, 'a');  // spans several read chunks

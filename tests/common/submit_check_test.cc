@@ -5,10 +5,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -20,12 +21,6 @@ const std::string kFixtures = std::string(ADCTL_REPO_ROOT) + "/tests/fixtures";
 
 class SubmitCheckTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("adctl-submit-check-" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A latent cache folder whose settings.json says `frames` (and the pixel size).
   std::string Cache(int frames, int side = 256, const std::string& tag = "") {
     const fs::path cache = dir_ / ("cache" + std::to_string(frames) +
@@ -42,7 +37,8 @@ class SubmitCheckTest : public ::testing::Test {
     return s;
   }
 
-  fs::path dir_;
+  const TempDir tmp_;
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(SubmitCheckTest, TheMotionModulesPositionalTableBoundsTheFrames) {

@@ -6,18 +6,16 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <map>
 #include <set>
 
+#include "tests/testing/temp_dir.h"
 #include "worker/data/sampler.h"
 
 namespace adctl {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 constexpr int64_t kChannels = 4;
@@ -163,11 +161,6 @@ TEST(SourceMixTest, SourcesOfAnotherShapeAreRefused) {
 
 class OpenTrainingDataTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("adctl-sources-" + std::to_string(getpid()));
-    fs::remove_all(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
   // A directory of latent shards holding `clips` synthetic clips.
   std::string Shards(const std::string& name, int64_t clips, int64_t seed) {
     DataSpec d;
@@ -176,11 +169,11 @@ class OpenTrainingDataTest : public ::testing::Test {
     d.frames = 4;
     d.height = d.width = 4;
     d.text_len = 2;
-    const std::string dir = (root_ / name).string();
+    const std::string dir = root_.file(name);
     EXPECT_TRUE(WriteSyntheticShards(d, kChannels, kTextDim, dir, 8).ok());
     return dir;
   }
-  fs::path root_;
+  const TempDir root_;
 };
 
 TEST_F(OpenTrainingDataTest, TheHoldOutComesFromEverySourceAndIsNeverDrawn) {
@@ -221,7 +214,7 @@ TEST_F(OpenTrainingDataTest, TheHoldOutComesFromEverySourceAndIsNeverDrawn) {
   EXPECT_THAT(too_many.status().message(), HasSubstr("takes all 10 clips of data.sources[1]"));
   // A missing cache is the data's problem, named by its field.
   spec.eval.holdout_clips = 0;
-  spec.data.sources[1].path = (root_ / "missing").string();
+  spec.data.sources[1].path = root_.file("missing");
   auto missing = OpenTrainingData(spec, kChannels, kTextDim, &spec_error);
   ASSERT_FALSE(missing.ok());
   EXPECT_FALSE(spec_error);

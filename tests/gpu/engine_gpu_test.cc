@@ -1,15 +1,14 @@
 // The training engine on a GPU (label gpu; skipped without one): fp32 parity with the
 // diffusers fixtures on CUDA, and bf16 training of the tiny preset with checkpoints.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
 
 #include "common/checkpoint_dir.h"
-#include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/model/lora.h"
 #include "worker/model/weights.h"
 #include "worker/train/checkpoint_saver.h"
@@ -136,8 +135,8 @@ int TrainTiny(const std::string& spec_rest, const fs::path& job_dir, RecordingRe
 class Bf16TinyTraining : public EngineGpuTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
-  const auto dir =
-      fs::temp_directory_path() / ("adctl-gpu-" + GetParam() + "-" + std::to_string(::getpid()));
+  const TempDir tmp;
+  const fs::path dir = fs::path(tmp.path()) / "job";
   RecordingReporter rep;
   ASSERT_EQ(
       TrainTiny("data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, width: 16, "
@@ -161,8 +160,6 @@ TEST_P(Bf16TinyTraining, TrainsAndCheckpoints) {
   EXPECT_EQ(list->front().step, 6);
   EXPECT_EQ(list->back().step, 8);
   EXPECT_TRUE(VerifyCheckpoint(list->back().path).ok());
-  // Not std::filesystem::remove_all: see common/fs_util.h.
-  EXPECT_TRUE(RemoveTree(dir.string()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionKernels, Bf16TinyTraining,
@@ -220,8 +217,8 @@ TEST_F(EngineGpuTest, EmaOnTheGpuAndInHostMemoryMatchesDiffusers) {
   const std::string fixture = kFixtures + "/../ema/ema5_reference.safetensors";
   auto ref = ReadTensorFile(fixture);
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-  for (const std::string device : {"gpu", "cpu"}) {
-    SCOPED_TRACE(device);
+  for (const EmaDevice device : {EmaDevice::kGpu, EmaDevice::kCpu}) {
+    SCOPED_TRACE(Name(device));
     EmaSpec spec;
     spec.decay = 0.9999;  // the fixture's "warmup" setting
     spec.device = device;
@@ -230,7 +227,7 @@ TEST_F(EngineGpuTest, EmaOnTheGpuAndInHostMemoryMatchesDiffusers) {
       if (key.rfind("init.", 0) == 0) params.emplace_back(key.substr(5), t.cuda());
     }
     Ema ema(spec, params);
-    EXPECT_EQ(ema.averages()[0].second.is_cuda(), device == "gpu");
+    EXPECT_EQ(ema.averages()[0].second.is_cuda(), device == EmaDevice::kGpu);
     for (int k = 1; k <= 5; ++k) {
       for (auto& [name, p] : params) p.copy_(ref->at("weights." + std::to_string(k) + "." + name));
       ema.Update();  // on a side stream: the next copy_ into the weights waits for it below
@@ -249,7 +246,8 @@ TEST_F(EngineGpuTest, EmaOnTheGpuAndInHostMemoryMatchesDiffusers) {
 // A checkpoint of GPU tensors (copied to pinned memory without waiting per tensor) holds them
 // as they were at Start, although the device changes them right after.
 TEST_F(EngineGpuTest, BackgroundCheckpointOfGpuTensorsIsTheStateAtStart) {
-  const auto dir = fs::temp_directory_path() / ("adctl-gpu-saver-" + std::to_string(::getpid()));
+  const TempDir tmp;  // first: removed after the saver
+  const fs::path dir = fs::path(tmp.path()) / "checkpoints";
   auto weight = torch::randn({4096, 1024}, torch::kCUDA);
   const auto expected = weight.cpu();
   CheckpointSaver saver(dir.string(), RetentionPolicy::KeepLast(1));
@@ -266,7 +264,6 @@ TEST_F(EngineGpuTest, BackgroundCheckpointOfGpuTensorsIsTheStateAtStart) {
   auto read = ReadTensorFile(saved->path + "/optimizer.safetensors");
   ASSERT_TRUE(read.ok());
   EXPECT_TRUE(torch::equal(read->at("exp_avg.w"), expected));
-  EXPECT_TRUE(RemoveTree(dir.string()).ok());
 }
 
 // train.cuda_graphs: the captured and replayed step trains as the eager one does (same seed,
@@ -274,8 +271,8 @@ TEST_F(EngineGpuTest, BackgroundCheckpointOfGpuTensorsIsTheStateAtStart) {
 TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
   std::map<bool, std::vector<double>> losses;
   for (bool graphs : {false, true}) {
-    const auto dir = fs::temp_directory_path() / ("adctl-gpu-graph-" + std::to_string(graphs) +
-                                                  "-" + std::to_string(::getpid()));
+    const TempDir tmp;  // a fresh one for each run
+    const fs::path dir = fs::path(tmp.path()) / "job";
     RecordingReporter rep;
     ASSERT_EQ(TrainTiny("data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, "
                         "width: 16, text_len: 4}\n"
@@ -291,7 +288,6 @@ TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
     bool captured = false;
     for (const auto& e : rep.events) captured = captured || e.find("captured") != std::string::npos;
     EXPECT_EQ(captured, graphs);
-    EXPECT_TRUE(RemoveTree(dir.string()).ok());
   }
   ASSERT_EQ(losses[true].size(), 8u);
   ASSERT_EQ(losses[false].size(), 8u);
@@ -307,8 +303,8 @@ TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
 TEST_F(EngineGpuTest, MotionLoraTrainsInBf16WithCudaGraphs) {
   std::map<bool, std::vector<double>> losses;
   for (bool graphs : {false, true}) {
-    const auto dir = fs::temp_directory_path() / ("adctl-gpu-lora-" + std::to_string(graphs) + "-" +
-                                                  std::to_string(::getpid()));
+    const TempDir tmp;  // a fresh one for each run
+    const fs::path dir = fs::path(tmp.path()) / "job";
     RecordingReporter rep;
     ASSERT_EQ(TrainTiny("data: {kind: synthetic, num_samples: 32, frames: 8, height: 16, "
                         "width: 16, text_len: 4}\n"
@@ -337,7 +333,6 @@ TEST_F(EngineGpuTest, MotionLoraTrainsInBf16WithCudaGraphs) {
     }
     EXPECT_GT(b_norm, 0);
     EXPECT_TRUE(fs::exists(dir / "export" / CheckpointDirName(6) / "motion_lora.safetensors"));
-    EXPECT_TRUE(RemoveTree(dir.string()).ok());
   }
   ASSERT_EQ(losses[true].size(), 6u);
   ASSERT_EQ(losses[false].size(), 6u);

@@ -3,9 +3,10 @@
 #include "server/config/adctld_config.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <fstream>
+
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -21,10 +22,9 @@ struct Flags {
 
 // Parses `args` with a config file holding `yaml`, as adctld's main() does.
 int Parse(const std::string& yaml, std::vector<std::string> args, Flags* f, std::string* error) {
-  char tmpl[] = "/tmp/adctld-config-XXXXXX";
-  const int fd = mkstemp(tmpl);
-  close(fd);
-  std::ofstream(tmpl) << yaml;
+  const TempDir tmp;
+  const std::string config = tmp.file("adctld.yaml");
+  std::ofstream(config) << yaml;
   CLI::App app;
   app.config_formatter(std::make_shared<YamlConfig>());
   app.set_config("--config");
@@ -35,7 +35,7 @@ int Parse(const std::string& yaml, std::vector<std::string> args, Flags* f, std:
   app.add_option("--slurm-partition", f->partition);
   app.add_option("--slurm-extra-arg", f->extra);
   app.add_option("--worker-env", f->env);
-  args.insert(args.begin(), {"adctld", "--config", tmpl});
+  args.insert(args.begin(), {"adctld", "--config", config});
   std::vector<const char*> argv;
   for (auto& a : args) argv.push_back(a.c_str());
   int rc = 0;
@@ -45,7 +45,6 @@ int Parse(const std::string& yaml, std::vector<std::string> args, Flags* f, std:
     *error = e.what();
     rc = 1;
   }
-  unlink(tmpl);
   return rc;
 }
 

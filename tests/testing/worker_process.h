@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/temp_dir.h"
+
 namespace adctl {
 
 // Starts `args` (argv[0] a path) with stderr written to `log`.
@@ -63,19 +65,10 @@ inline std::map<int64_t, double> Losses(const std::string& jsonl) {
 }
 
 #ifdef ADWORKER
-// A test that runs adworker jobs in a temporary folder of its own (removed afterwards): job
+// A test that runs adworker jobs in a temporary folder of its own (a TempDir): job
 // folders, metrics files and logs side by side, named after the job and rank.
 class WorkerRunTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("adctl-run-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(root_);
-    std::filesystem::create_directories(root_);
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   // Rank `rank` of `world` of job folder `job`, started; its exit code with Train.
   pid_t Start(const std::string& spec, const std::string& job, int rank, int world,
               const std::vector<std::string>& extra = {}) {
@@ -99,7 +92,8 @@ class WorkerRunTest : public ::testing::Test {
     return (root_ / (job + "-" + std::to_string(rank) + ".log")).string();
   }
 
-  std::filesystem::path root_;
+  const TempDir tmp_;  // first: removed after everything that uses it
+  const std::filesystem::path root_{tmp_.path()};
 };
 #endif  // ADWORKER
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/worker_contract.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/worker_process.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/model/weights.h"
@@ -25,11 +26,6 @@ namespace fs = std::filesystem;
 class DataParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("adctl-dp-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
     std::ofstream(root_ / "spec.yaml")
         << "name: dp\nmodel: {preset: tiny}\n"
            "data: {kind: synthetic, num_samples: 32, frames: 4, height: 8, width: 8, text_len: 4}\n"
@@ -37,7 +33,6 @@ class DataParallelTest : public ::testing::Test {
            "checkpoint: {every_steps: 0, keep_last: 1}\n"
            "resources: {rendezvous_timeout_seconds: 20}\n";
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   std::vector<std::string> Args(const std::string& job, int rank, int world,
                                 const std::vector<std::string>& extra = {}) {
@@ -53,7 +48,8 @@ class DataParallelTest : public ::testing::Test {
   }
   std::string Log(const std::string& name) { return (root_ / (name + ".log")).string(); }
 
-  fs::path root_;
+  const TempDir tmp_;  // first: removed after everything that uses it
+  const fs::path root_{tmp_.path()};
 };
 
 TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "tests/testing/temp_dir.h"
 #include "worker/kernels/dispatch.h"
 #include "worker/model/config.h"
 #include "worker/model/flops.h"
@@ -194,14 +195,8 @@ TEST(UNet3DParity, PerFrameNormChangesTheOutput) {
 
 class WeightsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("adctl-weights-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  const TempDir tmp_;
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(WeightsTest, SaveLoadRoundTripGivesIdenticalTensors) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/testing/temp_dir.h"
 #include "worker/model/clip_text.h"
 #include "worker/model/vae.h"
 #include "worker/model/weights.h"
@@ -20,21 +21,6 @@ const std::string kFixtures = std::string(ADCTL_FIXTURES_DIR) + "/diffusers-tiny
 double RelativeError(const torch::Tensor& out, const torch::Tensor& ref) {
   return ((out - ref).norm() / ref.norm()).item<double>();
 }
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("adctl-pretrained-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 TEST(ClipTextModel, MatchesTransformers) {
   auto model = LoadClipTextModel(kFixtures + "/text_encoder");
@@ -57,9 +43,9 @@ TEST(ClipTextModel, ReadsPrefixedFp16VariantAndGeluConfig) {
   TensorMap prefixed;
   for (auto& [k, t] : *tensors) prefixed["text_model." + k] = t.to(torch::kHalf);
   prefixed["text_model.embeddings.position_ids"] = torch::arange(77).unsqueeze(0);
-  ASSERT_TRUE(WriteTensorFile((dir.path() / "model.fp16.safetensors").string(), prefixed).ok());
-  fs::copy_file(kFixtures + "/text_encoder/config.json", dir.path() / "config.json");
-  auto model = LoadClipTextModel(dir.path().string());
+  ASSERT_TRUE(WriteTensorFile(dir.file("model.fp16.safetensors"), prefixed).ok());
+  fs::copy_file(kFixtures + "/text_encoder/config.json", dir.file("config.json"));
+  auto model = LoadClipTextModel(dir.path());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto io = ReadTensorFile(kFixtures + "/text_encoder_io.safetensors");
   torch::NoGradGuard no_grad;
@@ -70,12 +56,12 @@ TEST(ClipTextModel, ReadsPrefixedFp16VariantAndGeluConfig) {
 
 TEST(ClipTextModel, ErrorsNameTheProblem) {
   TempDir dir;
-  auto missing = LoadClipTextModel(dir.path().string());
+  auto missing = LoadClipTextModel(dir.path());
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("config.json"), std::string::npos)
       << missing.status().ToString();
-  std::ofstream(dir.path() / "config.json") << R"({"hidden_act": "relu"})";
-  auto bad = LoadClipTextModel(dir.path().string());
+  std::ofstream(dir.file("config.json")) << R"({"hidden_act": "relu"})";
+  auto bad = LoadClipTextModel(dir.path());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("hidden_act 'relu'"), std::string::npos);
 }
@@ -118,10 +104,9 @@ TEST(AutoencoderKL, ReadsLegacyAttentionNames) {
     }
     legacy[key] = t;
   }
-  ASSERT_TRUE(
-      WriteTensorFile((dir.path() / "diffusion_pytorch_model.safetensors").string(), legacy).ok());
-  fs::copy_file(kFixtures + "/vae/config.json", dir.path() / "config.json");
-  auto vae = LoadAutoencoderKL(dir.path().string());
+  ASSERT_TRUE(WriteTensorFile(dir.file("diffusion_pytorch_model.safetensors"), legacy).ok());
+  fs::copy_file(kFixtures + "/vae/config.json", dir.file("config.json"));
+  auto vae = LoadAutoencoderKL(dir.path());
   ASSERT_TRUE(vae.ok()) << vae.status().ToString();
   auto io = ReadTensorFile(kFixtures + "/vae_io.safetensors");
   torch::NoGradGuard no_grad;
@@ -130,9 +115,9 @@ TEST(AutoencoderKL, ReadsLegacyAttentionNames) {
 
 TEST(AutoencoderKL, MissingWeightsListWhatIsThere) {
   TempDir dir;
-  fs::copy_file(kFixtures + "/vae/config.json", dir.path() / "config.json");
-  std::ofstream(dir.path() / "diffusion_pytorch_model.bin") << "pickle";
-  auto vae = LoadAutoencoderKL(dir.path().string());
+  fs::copy_file(kFixtures + "/vae/config.json", dir.file("config.json"));
+  std::ofstream(dir.file("diffusion_pytorch_model.bin")) << "pickle";
+  auto vae = LoadAutoencoderKL(dir.path());
   ASSERT_FALSE(vae.ok());
   EXPECT_NE(vae.status().message().find("diffusion_pytorch_model.bin"), std::string::npos)
       << vae.status().ToString();
@@ -186,7 +171,7 @@ TEST(MotionModuleFile, LoadsIntoTheUNetLikeTheAdapter) {
 
 TEST(MotionModuleFile, NeitherFormatSaysSoWithoutEchoingTheFile) {
   TempDir dir;
-  const auto text = (dir.path() / "mm.ckpt").string();
+  const auto text = dir.file("mm.ckpt");
   std::ofstream(text) << "<html>not found</html>";
   auto r = ReadMotionModuleFile(text);
   ASSERT_FALSE(r.ok());
@@ -195,8 +180,7 @@ TEST(MotionModuleFile, NeitherFormatSaysSoWithoutEchoingTheFile) {
   EXPECT_NE(r.status().message().find("(22 bytes)"), std::string::npos) << r.status().ToString();
   // Its contents never reach the job's events (it may be any file adctld can read).
   EXPECT_EQ(r.status().message().find("<html>"), std::string::npos) << r.status().ToString();
-  EXPECT_EQ(ReadMotionModuleFile((dir.path() / "absent.ckpt").string()).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(ReadMotionModuleFile(dir.file("absent.ckpt")).status().code(), StatusCode::kNotFound);
   // A UNet file instead of a motion module: the loader says which tensors it holds.
   ModelSources wrong{kFixtures + "/unet2d", "", "",
                      kFixtures + "/unet2d/diffusion_pytorch_model.safetensors"};

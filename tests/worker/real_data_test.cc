@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 
 #include "common/safetensors.h"
 #include "common/worker_contract.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/worker_process.h"
 #include "worker/data/latent_cache.h"
 #include "worker/data/latent_dataset.h"
@@ -64,8 +66,8 @@ std::string ReadAll(const std::string& path) {
 class RealDataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("adctl-realdata-" + std::to_string(::getpid()));
-    fs::create_directories(root_);
+    dir_ = std::make_unique<TempDir>();
+    root_ = dir_->path();
     ASSERT_EQ(RunWorker({ADWORKER, "make-tiny-pretrained", "--out", (root_ / "sd").string()},
                         (root_ / "make-sd.log").string()),
               0)
@@ -93,7 +95,7 @@ class RealDataTest : public ::testing::Test {
         << "notavideo,a text file,x\n"
         << "halfcut,half of a video,x\n";
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static void TearDownTestSuite() { dir_.reset(); }
 
   std::string WriteSpec(const std::string& name, const std::string& yaml) {
     const auto path = root_ / (name + ".yaml");
@@ -114,9 +116,11 @@ class RealDataTest : public ::testing::Test {
            out + ", shard_size: " + std::to_string(shard_size) + ", decode_threads: 2}\n";
   }
 
-  static fs::path root_;
+  static std::unique_ptr<TempDir> dir_;  // removed after the suite's tests
+  static fs::path root_;                 // dir_'s path
 };
 
+std::unique_ptr<TempDir> RealDataTest::dir_;
 fs::path RealDataTest::root_;
 
 TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache) {

@@ -9,6 +9,7 @@
 
 #include "common/motion_export.h"
 #include "common/safetensors.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/model/weights.h"
 #include "worker/sample/validation.h"
 #include "worker/tools/parity.h"
@@ -109,15 +110,8 @@ TEST(Optimizer, CosineScheduleFollowsDiffusers) {
 
 class ExportTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("adctl-export-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  const TempDir tmp_;
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(ExportTest, AnimateDiffFileRoundTripsToIdenticalTensors) {

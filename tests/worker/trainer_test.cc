@@ -18,6 +18,7 @@
 #include "common/fs_util.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
+#include "tests/testing/temp_dir.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/model/config.h"
@@ -58,15 +59,6 @@ class RecordingReporter : public Reporter {
 
 class TrainerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("adctl-trainer-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   JobSpec Spec(const std::vector<std::string>& overrides = {}) {
     const std::string yaml =
         "name: t\nmodel: {preset: tiny}\n"
@@ -86,7 +78,8 @@ class TrainerTest : public ::testing::Test {
     return RunTrainer(o);
   }
 
-  fs::path root_;
+  const TempDir tmp_;  // first: removed after everything that uses it
+  const fs::path root_{tmp_.path()};
 };
 
 TEST_F(TrainerTest, TrainsAndWritesALoadableCheckpoint) {
