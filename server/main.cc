@@ -40,7 +40,6 @@
 #include "server/launcher/launcher.h"
 #include "server/launcher/launchers.h"
 #include "server/launcher/shepherd.h"
-#include "server/launcher/slurm_launcher.h"
 #include "server/metrics/job_metrics.h"
 #include "server/scheduler/device_inventory.h"
 #include "server/store/store.h"
@@ -281,28 +280,11 @@ std::vector<adctl::Device> FindDevices(int cpu_slots) {
   return adctl::CpuSlots(2);
 }
 
-// The Slurm launcher when --slurm is on (null otherwise, or after logging why slurmctld does
-// not answer: `*failed`).
-std::unique_ptr<adctl::SlurmLauncher> StartSlurm(adctl::SlurmOptions* slurm, const char* argv0,
-                                                 bool* failed) {
-  *failed = false;
-  if (!slurm->enabled) return nullptr;
-  // The batch script runs this very binary as each task's shepherd (`adctld rank-shepherd`),
-  // so it must be at the same path on the nodes (a shared install, like adworker).
+// This adctld's own binary, absolute (a Slurm task's rank shepherd runs it on the nodes).
+std::string SelfExecutable(const char* argv0) {
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  slurm->shepherd = n > 0 ? std::string(self, static_cast<size_t>(n)) : argv0;
-  auto launcher = std::make_unique<adctl::SlurmLauncher>(*slurm);
-  adctl::Status answer = launcher->Check();
-  if (!answer.ok()) {
-    spdlog::error("--slurm: {} (is slurmctld up, and SLURM_CONF set?)", answer.message());
-    *failed = true;
-    return nullptr;
-  }
-  spdlog::info("slurm launcher on (partition {}, {} ranks)",
-               slurm->partition.empty() ? "default" : slurm->partition,
-               slurm->gpus ? "GPU" : "CPU");
-  return launcher;
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : argv0;
 }
 
 adctl::SupervisorOptions MakeSupervisorOptions(const adctl::AdctldFlags& f,
@@ -507,23 +489,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   adctl::JobMetrics metrics(store->get());
-  // The launchers, one per kind (server/launcher/launchers.h).
+  // The launchers, one per kind turned on (server/launcher/launchers.h).
   adctl::Launchers launchers;
-  adctl::LocalLauncher local_launcher;
-  launchers.Add(&local_launcher);
-  bool slurm_failed = false;
-  std::unique_ptr<adctl::SlurmLauncher> slurm_launcher =
-      StartSlurm(&flags.slurm, argv[0], &slurm_failed);
-  if (slurm_failed) return 2;
-  if (slurm_launcher) {
-    launchers.Add(slurm_launcher.get());
-  } else {
-    launchers.AddUnavailable(adctl::LauncherKind::kSlurm,
-                             "start adctld with --slurm, or a `slurm:` section in its --config "
-                             "file");
+  auto started_launchers =
+      adctl::StartLaunchers(flags.launcher_plugins,
+                            adctl::SpecEnumValue<adctl::LauncherKind>(flags.default_launcher)
+                                .value_or(adctl::LauncherKind::kLocal),
+                            {SelfExecutable(argv[0])}, &launchers);
+  if (!started_launchers.ok()) {
+    spdlog::error("{}", started_launchers.status().message());
+    return 2;
   }
-  launchers.SetDefault(adctl::SpecEnumValue<adctl::LauncherKind>(flags.default_launcher)
-                           .value_or(adctl::LauncherKind::kLocal));
   const adctl::SupervisorOptions options = MakeSupervisorOptions(flags, *config, devices);
   adctl::Supervisor supervisor(options, store->get(), launchers, &metrics);
   metrics.AttachDevices(devices, [&supervisor] { return supervisor.monitor().Devices(); });

@@ -13,7 +13,12 @@
 namespace adctl {
 
 void AddAdctldFlags(CLI::App* app, AdctldFlags* f) {
-  app->config_formatter(std::make_shared<YamlConfig>());
+  std::vector<std::string> launcher_names, enabling_sections;
+  for (const auto& plugin : f->launcher_plugins) {
+    launcher_names.push_back(plugin->name());
+    if (!plugin->EnableFlag().empty()) enabling_sections.push_back(plugin->name());
+  }
+  app->config_formatter(std::make_shared<YamlConfig>(enabling_sections));
   app->allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error
   app->set_config("--config", "",
                   "adctld.yaml: the flags below as YAML keys (`slurm: {partition: gpu}` is "
@@ -38,26 +43,16 @@ void AddAdctldFlags(CLI::App* app, AdctldFlags* f) {
   app->add_option("--advertise,--worker-advertise-address", f->advertise,
                   "address ranks dial to reach this adctld (default: the --listen address, "
                   "0.0.0.0 replaced by 127.0.0.1); Slurm ranks on other nodes need a routable one");
-  app->add_option("--launcher", f->default_launcher,
-                  "where ranks of a job whose spec names no resources.launcher run: local | slurm")
-      ->check(CLI::IsMember({"local", "slurm"}))
+  std::string launcher_list;
+  for (const std::string& name : launcher_names) {
+    launcher_list += (launcher_list.empty() ? "" : " | ") + name;
+  }
+  app->add_option(
+         "--launcher", f->default_launcher,
+         "where ranks of a job whose spec names no resources.launcher run: " + launcher_list)
+      ->check(CLI::IsMember(launcher_names))
       ->capture_default_str();
-  app->add_flag("--slurm", f->slurm.enabled,
-                "enable the slurm launcher (each attempt one Slurm batch job; README \"Scaling "
-                "out\")");
-  app->add_option("--slurm-account", f->slurm.account, "default sbatch --account");
-  app->add_option("--slurm-partition", f->slurm.partition, "default sbatch --partition");
-  app->add_option("--slurm-qos", f->slurm.qos, "default sbatch --qos");
-  app->add_option("--slurm-time-limit", f->slurm.time_limit, "default sbatch --time");
-  app->add_option("--slurm-extra-arg", f->slurm.extra_args,
-                  "one more sbatch flag for every slurm job (repeatable)")
-      ->allow_extra_args(false);
-  app->add_flag("--slurm-cpu", f->slurm_cpu,
-                "Slurm ranks are CPU tasks (Gloo) instead of one GPU each (NCCL)");
-  app->add_option("--slurm-cpus-per-task", f->slurm.cpus_per_task,
-                  "sbatch/srun --cpus-per-task of CPU ranks (0: Slurm's default)");
-  app->add_option("--slurm-bin-dir", f->slurm.bin_dir,
-                  "folder of sbatch, squeue, scancel, scontrol (default: PATH)");
+  for (const auto& plugin : f->launcher_plugins) plugin->AddFlags(app);
   app->add_option("--worker-ifname", f->worker_ifname,
                   "network interface ranks talk over: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME");
   app->add_option("--worker-env", f->worker_env,
@@ -135,8 +130,6 @@ Result<AdctldConfig> LoadAdctldConfig(AdctldFlags* f) {
     }
     c.worker_env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
-  if (f->default_launcher == "slurm") f->slurm.enabled = true;
-  f->slurm.gpus = !f->slurm_cpu;
 
   // Tokens come from a file of hashes or the environment, never the command line (ps shows it).
   if (!f->tokens_file.empty()) {

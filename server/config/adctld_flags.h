@@ -5,13 +5,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "server/auth/access_policy.h"
-#include "server/launcher/slurm_launcher.h"
+#include "server/launcher/launchers.h"
 #include "server/notify/webhooks.h"
 #include "server/supervisor/path_policy.h"
 
@@ -37,8 +38,8 @@ struct AdctldFlags {
   int cpu_slots = 0;
   double restart_backoff = 1.0;
   std::string default_launcher = "local";
-  SlurmOptions slurm;
-  bool slurm_cpu = false;
+  // Every kind of launcher adctld knows, each with its own flags (--slurm-*).
+  std::vector<std::unique_ptr<LauncherPlugin>> launcher_plugins = LauncherPlugins();
   std::string worker_ifname;
   std::vector<std::string> worker_env;  // K=V
   std::vector<std::string> webhook_urls;
@@ -59,9 +60,9 @@ struct AdctldConfig {
   WebhookOptions webhooks;
 };
 
-// Reads and checks what the flags name (tokens, TLS files, --worker-env, webhooks) and settles
-// the Slurm options (--launcher slurm enables it; --slurm-cpu). Removes ADCTLD_TOKEN from the
-// environment (ranks inherit it). InvalidArgument naming the flag for anything wrong.
+// Reads and checks what the flags name (tokens, TLS files, --worker-env, webhooks). Removes
+// ADCTLD_TOKEN from the environment (ranks inherit it). InvalidArgument naming the flag for
+// anything wrong.
 Result<AdctldConfig> LoadAdctldConfig(AdctldFlags* flags);
 
 }  // namespace adctl

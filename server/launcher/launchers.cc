@@ -65,4 +65,36 @@ std::string Launchers::Names() const {
   return names.empty() ? "none" : names;
 }
 
+// ---- The plugins: one line per kind; each is defined in its launcher's file.
+
+std::unique_ptr<LauncherPlugin> LocalLauncherPlugin();
+std::unique_ptr<LauncherPlugin> SlurmLauncherPlugin();
+
+std::vector<std::unique_ptr<LauncherPlugin>> LauncherPlugins() {
+  std::vector<std::unique_ptr<LauncherPlugin>> plugins;
+  for (auto* make : {LocalLauncherPlugin, SlurmLauncherPlugin}) plugins.push_back(make());
+  return plugins;
+}
+
+Result<std::vector<std::unique_ptr<Launcher>>> StartLaunchers(
+    const std::vector<std::unique_ptr<LauncherPlugin>>& plugins, LauncherKind default_kind,
+    const LauncherHost& host, Launchers* launchers) {
+  std::vector<std::unique_ptr<Launcher>> started;
+  for (const auto& plugin : plugins) {
+    if (!plugin->Enabled() && plugin->kind() != default_kind) {
+      const std::string flag = plugin->EnableFlag();
+      launchers->AddUnavailable(plugin->kind(), "start adctld with " + flag + ", or a `" +
+                                                    plugin->name() +
+                                                    ":` section in its --config file");
+      continue;
+    }
+    auto launcher = plugin->Start(host);
+    if (!launcher.ok()) return launcher.status();
+    launchers->Add(launcher->get());
+    started.push_back(std::move(launcher).value());
+  }
+  launchers->SetDefault(default_kind);
+  return started;
+}
+
 }  // namespace adctl

@@ -1,21 +1,29 @@
 // The launchers an adctld runs, by the spec's resources.launcher (LauncherKind).
 //
-// adctld registers each launcher it runs once, at start-up (server/main.cc), and names the
-// default for specs that name none (--launcher). A kind it knows of but does not run (Slurm
-// without --slurm) is registered as unavailable with how to enable it, so that a job naming it
-// is refused with that hint. The rest of the coordinator asks the registry, never a launcher by
-// name: a third launcher is its own file plus its registration in main.cc (and its kind in
-// common/job_spec's LauncherKind table).
+// Each kind of launcher comes as a `LauncherPlugin`, defined in its launcher's own file (the
+// local one in local_launcher.cc, Slurm's in slurm_launcher.cc) and listed once, in
+// LauncherPlugins() (launchers.cc): its adctld flags, the flag that turns it on, and how it
+// starts. adctld adds every plugin's flags, then StartLaunchers() starts those turned on (and
+// the default, --launcher) into the `Launchers` registry; a kind it knows of but does not run
+// (Slurm without --slurm) is registered as unavailable with how to turn it on, so that a job
+// naming it is refused with that hint. The rest of the coordinator asks the registry, never a
+// launcher by name. A third launcher is its own file (its Launcher and its plugin), one line in
+// LauncherPlugins(), and its LauncherKind value and name (common/job_spec.h, job_spec_enums.cc).
 #pragma once
 
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "server/launcher/launcher.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace adctl {
 
@@ -54,5 +62,39 @@ class Launchers {
   std::map<LauncherKind, std::string> unavailable_;  // kind → how to enable it
   LauncherKind default_ = LauncherKind::kLocal;
 };
+
+// What a plugin may need of the adctld that starts it.
+struct LauncherHost {
+  std::string adctld_binary;  // the running adctld, absolute (ranks' shepherd on other nodes)
+};
+
+// One kind of launcher, as adctld's flags configure it and its start creates it.
+class LauncherPlugin {
+ public:
+  virtual ~LauncherPlugin() = default;
+  virtual LauncherKind kind() const = 0;
+  std::string name() const { return Name(kind()); }
+  // Registers its flags on adctld's command line ("--slurm-partition"; in adctld.yaml a
+  // `slurm:` section holds them without the prefix).
+  virtual void AddFlags(CLI::App* app) { (void)app; }
+  // The flag that turns it on ("--slurm"), which a `<name>:` section of adctld.yaml sets too;
+  // "" when it is always on.
+  virtual std::string EnableFlag() const { return ""; }
+  // Whether the flags turned it on.
+  virtual bool Enabled() const { return true; }
+  // Creates the launcher from its flags and checks it can work (Slurm answers); an error,
+  // naming the flag, fails adctld's start.
+  virtual Result<std::unique_ptr<Launcher>> Start(const LauncherHost& host) = 0;
+};
+
+// Every kind adctld knows, in the order --help and messages list them (the first always on).
+std::vector<std::unique_ptr<LauncherPlugin>> LauncherPlugins();
+
+// Starts each plugin turned on, and `default_kind`'s whatever its flags, into `launchers` (its
+// default `default_kind`), the others as unavailable with how to turn them on. The launchers
+// started, which `launchers` points to; the first plugin's error otherwise.
+Result<std::vector<std::unique_ptr<Launcher>>> StartLaunchers(
+    const std::vector<std::unique_ptr<LauncherPlugin>>& plugins, LauncherKind default_kind,
+    const LauncherHost& host, Launchers* launchers);
 
 }  // namespace adctl

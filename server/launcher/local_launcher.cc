@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "server/launcher/launcher.h"
+#include "server/launcher/launchers.h"
 #include "server/launcher/process.h"
 #include "server/launcher/shepherd.h"
 
@@ -284,5 +285,21 @@ Result<std::string> ResolveWorkerBinary(const std::string& explicit_path) {
   return NotFound(
       "adworker not found next to adctld or on PATH; pass --worker-binary /path/to/adworker");
 }
+
+// ---- The plugin: always on, no flags of its own.
+
+namespace {
+
+class LocalPlugin : public LauncherPlugin {
+ public:
+  LauncherKind kind() const override { return LauncherKind::kLocal; }
+  Result<std::unique_ptr<Launcher>> Start(const LauncherHost&) override {
+    return std::unique_ptr<Launcher>(std::make_unique<LocalLauncher>());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<LauncherPlugin> LocalLauncherPlugin() { return std::make_unique<LocalPlugin>(); }
 
 }  // namespace adctl

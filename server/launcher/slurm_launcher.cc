@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +20,7 @@
 
 #include "common/job_layout.h"
 #include "common/worker_contract.h"
+#include "server/launcher/launchers.h"
 
 namespace adctl {
 
@@ -523,5 +526,62 @@ std::string SlurmLauncher::FindAttempt(const std::string& job_id, int attempt) {
   std::getline(lines, id);
   return Trim(id);
 }
+
+// ---- The plugin: adctld's --slurm flags (a `slurm:` section of adctld.yaml).
+
+namespace {
+
+class SlurmPlugin : public LauncherPlugin {
+ public:
+  LauncherKind kind() const override { return LauncherKind::kSlurm; }
+  std::string EnableFlag() const override { return "--slurm"; }
+  bool Enabled() const override { return options_.enabled; }
+
+  void AddFlags(CLI::App* app) override {
+    app->add_flag("--slurm", options_.enabled,
+                  "enable the slurm launcher (each attempt one Slurm batch job; README \"Scaling "
+                  "out\")");
+    app->add_option("--slurm-account", options_.account, "default sbatch --account");
+    app->add_option("--slurm-partition", options_.partition, "default sbatch --partition");
+    app->add_option("--slurm-qos", options_.qos, "default sbatch --qos");
+    app->add_option("--slurm-time-limit", options_.time_limit, "default sbatch --time");
+    app->add_option("--slurm-extra-arg", options_.extra_args,
+                    "one more sbatch flag for every slurm job (repeatable)")
+        ->allow_extra_args(false);
+    app->add_flag("--slurm-cpu", cpu_,
+                  "Slurm ranks are CPU tasks (Gloo) instead of one GPU each (NCCL)");
+    app->add_option("--slurm-cpus-per-task", options_.cpus_per_task,
+                    "sbatch/srun --cpus-per-task of CPU ranks (0: Slurm's default)");
+    app->add_option("--slurm-bin-dir", options_.bin_dir,
+                    "folder of sbatch, squeue, scancel, scontrol (default: PATH)");
+  }
+
+  Result<std::unique_ptr<Launcher>> Start(const LauncherHost& host) override {
+    SlurmOptions options = options_;
+    options.enabled = true;
+    options.gpus = !cpu_;
+    // The batch script runs this very binary as each task's shepherd (`adctld
+    // rank-shepherd`), so it must be at the same path on the nodes (a shared install).
+    options.shepherd = host.adctld_binary;
+    auto launcher = std::make_unique<SlurmLauncher>(options);
+    const Status answer = launcher->Check();
+    if (!answer.ok()) {
+      return Unavailable("--slurm: " + answer.message() +
+                         " (is slurmctld up, and SLURM_CONF set?)");
+    }
+    spdlog::info("slurm launcher on (partition {}, {} ranks)",
+                 options.partition.empty() ? "default" : options.partition,
+                 options.gpus ? "GPU" : "CPU");
+    return std::unique_ptr<Launcher>(std::move(launcher));
+  }
+
+ private:
+  SlurmOptions options_;
+  bool cpu_ = false;  // --slurm-cpu
+};
+
+}  // namespace
+
+std::unique_ptr<LauncherPlugin> SlurmLauncherPlugin() { return std::make_unique<SlurmPlugin>(); }
 
 }  // namespace adctl

@@ -26,7 +26,7 @@ int Parse(const std::string& yaml, std::vector<std::string> args, Flags* f, std:
   const std::string config = tmp.file("adctld.yaml");
   std::ofstream(config) << yaml;
   CLI::App app;
-  app.config_formatter(std::make_shared<YamlConfig>());
+  app.config_formatter(std::make_shared<YamlConfig>(std::vector<std::string>{"slurm"}));
   app.set_config("--config");
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--listen", f->listen);

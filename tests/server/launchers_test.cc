@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+
 #include "server/launcher/slurm_launcher.h"
+#include "tests/testing/temp_dir.h"
 
 namespace adctl {
 namespace {
@@ -95,6 +98,57 @@ TEST(LaunchersTest, TheSlurmLauncherAsksTheClusterForTheSpecsShape) {
   EXPECT_EQ(c.extra_args, std::vector<std::string>{"--exclusive"});
   EXPECT_EQ(c.grace_seconds, 90);
   EXPECT_EQ(slurm.ClusterJobNoun(), "Slurm job");
+}
+
+// adctld's launcher flags as main() parses them: every plugin's flags on one command line.
+struct PluginFlags {
+  std::vector<std::unique_ptr<LauncherPlugin>> plugins = LauncherPlugins();
+  CLI::App app;
+  PluginFlags() {
+    for (const auto& plugin : plugins) plugin->AddFlags(&app);
+  }
+  void Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "adctld");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  }
+};
+
+TEST(LauncherPluginsTest, OnlyTheLaunchersTurnedOnStartAndTheOthersSayHow) {
+  PluginFlags flags;
+  ASSERT_GE(flags.plugins.size(), 2u);
+  EXPECT_EQ(flags.plugins[0]->kind(), LauncherKind::kLocal);  // always on, first
+  flags.Parse({});
+  Launchers launchers;
+  auto started = StartLaunchers(flags.plugins, LauncherKind::kLocal, {"/usr/bin/true"}, &launchers);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  ASSERT_EQ(started->size(), 1u);
+  EXPECT_EQ(launchers.Names(), "local");
+  EXPECT_EQ(launchers.Find(LauncherKind::kDefault), (*started)[0].get());
+  ResourceSpec r;
+  r.launcher = LauncherKind::kSlurm;
+  EXPECT_THAT(launchers.ForSpec(r).status().message(),
+              HasSubstr("this adctld has no slurm launcher (it has: local); start adctld with "
+                        "--slurm, or a `slurm:` section in its --config file"));
+}
+
+TEST(LauncherPluginsTest, ALauncherThatCannotWorkFailsTheStartNamingItsFlag) {
+  const TempDir tmp;  // no sbatch or squeue in it
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--slurm", "--slurm-bin-dir", tmp.path()},
+        // Naming slurm adctld's default turns it on without --slurm.
+        std::vector<std::string>{"--slurm-bin-dir", tmp.path()}}) {
+    PluginFlags flags;
+    flags.Parse(args);
+    const LauncherKind default_kind =
+        args[0] == "--slurm" ? LauncherKind::kLocal : LauncherKind::kSlurm;
+    Launchers launchers;
+    auto started = StartLaunchers(flags.plugins, default_kind, {"/usr/bin/true"}, &launchers);
+    ASSERT_FALSE(started.ok());
+    EXPECT_THAT(started.status().message(), HasSubstr("--slurm: "));
+    EXPECT_THAT(started.status().message(), HasSubstr("is slurmctld up"));
+  }
 }
 
 }  // namespace
