@@ -1,9 +1,10 @@
 // Job spec: YAML ⇄ JobSpec and overrides (docs/job-spec.md is the user's reference); the
-// validation is in job_spec_validate.cc.
+// validation is in job_spec_validate.cc, the enums' names in job_spec_enums.cc.
 //
-// One list of fields (ForEachField) drives parsing, emission, equality and the set of known
-// keys, so a field added to the structs in job_spec.h needs exactly one line here (plus its
-// checks in ValidateJobSpec and its row in docs/job-spec.md).
+// One list of fields (ForEachField) drives parsing, emission, equality, the set of known keys
+// and the number fields' ranges, so a field added to the structs in job_spec.h needs exactly one
+// line here, its range included (plus its row in docs/job-spec.md, and ValidateJobSpec only for
+// what depends on other fields).
 #include "common/job_spec.h"
 
 #include <yaml-cpp/yaml.h>
@@ -24,61 +25,6 @@
 #include "common/job_spec_internal.h"
 
 namespace adctl {
-
-// ---- The enums' name tables ------------------------------------------------------------------
-
-#define ADCTL_SPEC_ENUM_TABLE(Enum, ...)                                \
-  const std::vector<SpecEnumName<Enum>>& SpecEnumNames(Enum) {          \
-    static const std::vector<SpecEnumName<Enum>> table = {__VA_ARGS__}; \
-    return table;                                                       \
-  }
-
-ADCTL_SPEC_ENUM_TABLE(JobKind, {JobKind::kTrain, "train"}, {JobKind::kPreprocess, "preprocess"})
-ADCTL_SPEC_ENUM_TABLE(ModelPreset, {ModelPreset::kNone, ""}, {ModelPreset::kTiny, "tiny"},
-                      {ModelPreset::kSd15, "sd15"})
-ADCTL_SPEC_ENUM_TABLE(PresetLayout, {PresetLayout::kV1, "v1"}, {PresetLayout::kV2, "v2"},
-                      {PresetLayout::kV3, "v3"})
-ADCTL_SPEC_ENUM_TABLE(MotionNorm, {MotionNorm::kAuto, "auto"},
-                      {MotionNorm::kAcrossFrames, "across_frames"},
-                      {MotionNorm::kPerFrame, "per_frame"})
-ADCTL_SPEC_ENUM_TABLE(DataKind, {DataKind::kSynthetic, "synthetic"},
-                      {DataKind::kLatents, "latents"}, {DataKind::kVideo, "video"})
-ADCTL_SPEC_ENUM_TABLE(CacheDtype, {CacheDtype::kBf16, "bf16"}, {CacheDtype::kFp16, "fp16"})
-ADCTL_SPEC_ENUM_TABLE(LrSchedule, {LrSchedule::kConstant, "constant"},
-                      {LrSchedule::kCosine, "cosine"})
-ADCTL_SPEC_ENUM_TABLE(Precision, {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"},
-                      {Precision::kBf16, "bf16"})
-ADCTL_SPEC_ENUM_TABLE(AttentionKernel, {AttentionKernel::kAuto, "auto"},
-                      {AttentionKernel::kFlash, "flash"},
-                      {AttentionKernel::kEfficient, "efficient"},
-                      {AttentionKernel::kCudnn, "cudnn"}, {AttentionKernel::kMath, "math"})
-ADCTL_SPEC_ENUM_TABLE(BetaSchedule, {BetaSchedule::kLinear, "linear"},
-                      {BetaSchedule::kScaledLinear, "scaled_linear"},
-                      {BetaSchedule::kPretrained, "pretrained"})
-ADCTL_SPEC_ENUM_TABLE(PredictionType, {PredictionType::kEpsilon, "epsilon"},
-                      {PredictionType::kVPrediction, "v_prediction"})
-ADCTL_SPEC_ENUM_TABLE(BucketDtype, {BucketDtype::kFp32, "fp32"}, {BucketDtype::kBf16, "bf16"})
-// "false" / "true": the boolean this field was before it named a granularity.
-ADCTL_SPEC_ENUM_TABLE(GradientCheckpointing, {GradientCheckpointing::kNone, "none"},
-                      {GradientCheckpointing::kResnets, "resnets"},
-                      {GradientCheckpointing::kFull, "full"},
-                      {GradientCheckpointing::kNone, "false"},
-                      {GradientCheckpointing::kFull, "true"})
-ADCTL_SPEC_ENUM_TABLE(LoraScope, {LoraScope::kMotion, "motion"}, {LoraScope::kSpatial, "spatial"},
-                      {LoraScope::kBoth, "both"})
-ADCTL_SPEC_ENUM_TABLE(LauncherKind, {LauncherKind::kDefault, ""}, {LauncherKind::kLocal, "local"},
-                      {LauncherKind::kSlurm, "slurm"})
-ADCTL_SPEC_ENUM_TABLE(WindowPlacement, {WindowPlacement::kRandom, "random"},
-                      {WindowPlacement::kUniform, "uniform"})
-ADCTL_SPEC_ENUM_TABLE(EmaDevice, {EmaDevice::kGpu, "gpu"}, {EmaDevice::kCpu, "cpu"})
-ADCTL_SPEC_ENUM_TABLE(NanPolicy, {NanPolicy::kFail, "fail"}, {NanPolicy::kRollback, "rollback"})
-ADCTL_SPEC_ENUM_TABLE(KeepBestMetric, {KeepBestMetric::kEvalLoss, "eval_loss"})
-ADCTL_SPEC_ENUM_TABLE(TimestepSpacing, {TimestepSpacing::kLeading, "leading"},
-                      {TimestepSpacing::kTrailing, "trailing"},
-                      {TimestepSpacing::kLinspace, "linspace"})
-ADCTL_SPEC_ENUM_TABLE(WeightsSource, {WeightsSource::kRaw, "raw"}, {WeightsSource::kEma, "ema"})
-
-#undef ADCTL_SPEC_ENUM_TABLE
 
 namespace job_spec_internal {
 
@@ -131,8 +77,16 @@ std::optional<size_t> FirstInvalidUtf8(const std::string& text) {
 
 }  // namespace job_spec_internal
 
+using job_spec_internal::Bound;
 using job_spec_internal::FirstInvalidUtf8;
 using job_spec_internal::FormatDouble;
+using job_spec_internal::kDay;
+using job_spec_internal::kMaxFrames;
+using job_spec_internal::kMaxLatentSide;
+using job_spec_internal::kMaxPriority;
+using job_spec_internal::kMaxSamples;
+using job_spec_internal::kMaxSteps;
+using job_spec_internal::kMaxTextLen;
 
 namespace {
 
@@ -148,8 +102,9 @@ bool IsSubsection(const std::string& path) {
   return false;
 }
 
-// Calls f(dotted_path, field) for every field in canonical order. `Spec` is JobSpec or
-// const JobSpec. train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
+// Calls f(dotted_path, field, bounds...) for every field in canonical order. `Spec` is JobSpec
+// or const JobSpec. A number field's range (Bound, job_spec_internal.h) is on its line.
+// train.beta1/beta2 are emitted together as "train.betas: [b1, b2]".
 template <typename Spec, typename F>
 void ForEachField(Spec& s, F&& f) {
   f("name", s.name);
@@ -172,12 +127,12 @@ void ForEachField(Spec& s, F&& f) {
   f("data.kind", s.data.kind);
   f("data.path", s.data.path);
   f("data.sources", s.data.sources);
-  f("data.num_samples", s.data.num_samples);
-  f("data.frames", s.data.frames);
-  f("data.height", s.data.height);
-  f("data.width", s.data.width);
-  f("data.text_len", s.data.text_len);
-  f("data.seed", s.data.seed);
+  f("data.num_samples", s.data.num_samples, Bound::Within(1, kMaxSamples));
+  f("data.frames", s.data.frames, Bound::Within(1, kMaxFrames));
+  f("data.height", s.data.height, Bound::Within(1, kMaxLatentSide));
+  f("data.width", s.data.width, Bound::Within(1, kMaxLatentSide));
+  f("data.text_len", s.data.text_len, Bound::Within(1, kMaxTextLen));
+  f("data.seed", s.data.seed, Bound::AtLeast(0));
   f("data.csv", s.data.csv);
   f("data.video_dir", s.data.video_dir);
   f("data.id_column", s.data.id_column);
@@ -196,82 +151,84 @@ void ForEachField(Spec& s, F&& f) {
   f("preprocess.windows_per_video", s.preprocess.windows_per_video);
   f("preprocess.window_placement", s.preprocess.window_placement);
   f("preprocess.flip", s.preprocess.flip);
-  f("train.max_steps", s.train.max_steps);
-  f("train.batch_size", s.train.batch_size);
-  f("train.grad_accum", s.train.grad_accum);
-  f("train.lr", s.train.lr);
+  f("train.max_steps", s.train.max_steps, Bound::Within(1, kMaxSteps));
+  f("train.batch_size", s.train.batch_size, Bound::Within(1, 4096));
+  f("train.grad_accum", s.train.grad_accum, Bound::Within(1, 65536));
+  f("train.lr", s.train.lr, Bound::Positive(), Bound::Within(0, 1));
   f("train.beta1", s.train.beta1);
   f("train.beta2", s.train.beta2);
-  f("train.weight_decay", s.train.weight_decay);
-  f("train.eps", s.train.eps);
+  f("train.weight_decay", s.train.weight_decay, Bound::NonNegative());
+  f("train.eps", s.train.eps, Bound::Positive());
   f("train.lr_schedule", s.train.lr_schedule);
-  f("train.warmup_steps", s.train.warmup_steps);
+  f("train.warmup_steps", s.train.warmup_steps, Bound::Within(0, kMaxSteps));
   f("train.max_grad_norm", s.train.max_grad_norm);
   f("train.nan_policy", s.train.nan_policy);
   f("train.rollback_lr_factor", s.train.rollback_lr_factor);
-  f("train.max_rollbacks", s.train.max_rollbacks);
+  f("train.max_rollbacks", s.train.max_rollbacks, Bound::Within(0, 100));
   f("train.caption_dropout", s.train.caption_dropout);
-  f("train.seed", s.train.seed);
+  f("train.seed", s.train.seed, Bound::AtLeast(0));
   f("train.precision", s.train.precision);
   f("train.attention", s.train.attention);
   f("train.cuda_graphs", s.train.cuda_graphs);
   f("train.cudnn_benchmark", s.train.cudnn_benchmark);
   f("train.fused_kernels", s.train.fused_kernels);
   f("train.beta_schedule", s.train.beta_schedule);
-  f("train.beta_start", s.train.beta_start);
-  f("train.beta_end", s.train.beta_end);
-  f("train.num_train_timesteps", s.train.num_train_timesteps);
+  f("train.beta_start", s.train.beta_start, Bound::Positive());
+  f("train.beta_end", s.train.beta_end, Bound::Positive());
+  f("train.num_train_timesteps", s.train.num_train_timesteps, Bound::AtLeast(2));
   f("train.prediction_type", s.train.prediction_type);
-  f("train.log_every", s.train.log_every);
-  f("train.bucket_cap_mb", s.train.bucket_cap_mb);
+  f("train.log_every", s.train.log_every, Bound::AtLeast(1));
+  f("train.bucket_cap_mb", s.train.bucket_cap_mb, Bound::Positive());
   f("train.bucket_dtype", s.train.bucket_dtype);
   f("train.ema.decay", s.train.ema.decay);
-  f("train.ema.start_step", s.train.ema.start_step);
-  f("train.ema.update_every", s.train.ema.update_every);
+  f("train.ema.start_step", s.train.ema.start_step, Bound::AtLeast(0));
+  f("train.ema.update_every", s.train.ema.update_every, Bound::AtLeast(1));
   f("train.ema.device", s.train.ema.device);
   f("checkpoint.enabled", s.checkpoint.enabled);
   f("checkpoint.dir", s.checkpoint.dir);
-  f("checkpoint.every_steps", s.checkpoint.every_steps);
-  f("checkpoint.keep_last", s.checkpoint.keep_last);
-  f("checkpoint.keep_every", s.checkpoint.keep_every);
+  f("checkpoint.every_steps", s.checkpoint.every_steps, Bound::AtLeast(0));
+  f("checkpoint.keep_last", s.checkpoint.keep_last, Bound::AtLeast(1));
+  f("checkpoint.keep_every", s.checkpoint.keep_every, Bound::AtLeast(0));
   f("checkpoint.keep_at_validation", s.checkpoint.keep_at_validation);
   f("checkpoint.keep_best.metric", s.checkpoint.keep_best.metric);
-  f("checkpoint.keep_best.k", s.checkpoint.keep_best.k);
+  f("checkpoint.keep_best.k", s.checkpoint.keep_best.k, Bound::AtLeast(0));
   f("validation.prompts", s.validation.prompts);
   f("validation.negative_prompt", s.validation.negative_prompt);
-  f("validation.steps", s.validation.steps);
+  f("validation.steps", s.validation.steps, Bound::AtLeast(1));
   f("validation.guidance", s.validation.guidance);
-  f("validation.seed", s.validation.seed);
-  f("validation.frames", s.validation.frames);
+  f("validation.seed", s.validation.seed, Bound::AtLeast(0));
+  f("validation.frames", s.validation.frames, Bound::Within(1, kMaxFrames));
   f("validation.height", s.validation.height);
   f("validation.width", s.validation.width);
-  f("validation.every_steps", s.validation.every_steps);
+  f("validation.every_steps", s.validation.every_steps, Bound::AtLeast(0));
   f("validation.at_steps", s.validation.at_steps);
-  f("validation.eta", s.validation.eta);
+  f("validation.eta", s.validation.eta, Bound::NonNegative());
   f("validation.set_alpha_to_one", s.validation.set_alpha_to_one);
   f("validation.timestep_spacing", s.validation.timestep_spacing);
-  f("validation.steps_offset", s.validation.steps_offset);
-  f("validation.fps", s.validation.fps);
-  f("validation.decode_chunk", s.validation.decode_chunk);
+  f("validation.steps_offset", s.validation.steps_offset, Bound::AtLeast(0));
+  f("validation.fps", s.validation.fps, Bound::AtLeast(1));
+  f("validation.decode_chunk", s.validation.decode_chunk, Bound::AtLeast(1));
   f("validation.weights", s.validation.weights);
-  f("eval.holdout_clips", s.eval.holdout_clips);
+  f("eval.holdout_clips", s.eval.holdout_clips, Bound::AtLeast(0));
   f("eval.path", s.eval.path);
   f("eval.timesteps", s.eval.timesteps);
-  f("eval.every_steps", s.eval.every_steps);
-  f("eval.seed", s.eval.seed);
+  f("eval.every_steps", s.eval.every_steps, Bound::AtLeast(0));
+  f("eval.seed", s.eval.seed, Bound::AtLeast(0));
   f("eval.weights", s.eval.weights);
   f("export.formats", s.exports.formats);
   f("export.weights", s.exports.weights);
-  f("resources.gpus", s.resources.gpus);
-  f("resources.priority", s.resources.priority);
-  f("resources.max_restarts", s.resources.max_restarts);
+  f("resources.gpus", s.resources.gpus, Bound::Within(1, 4096));
+  f("resources.priority", s.resources.priority, Bound::Within(-kMaxPriority, kMaxPriority));
+  f("resources.max_restarts", s.resources.max_restarts, Bound::Within(0, 1000));
   f("resources.grace_seconds", s.resources.grace_seconds);
-  f("resources.rendezvous_timeout_seconds", s.resources.rendezvous_timeout_seconds);
-  f("resources.hang_timeout_seconds", s.resources.hang_timeout_seconds);
-  f("resources.peak_tflops", s.resources.peak_tflops);
+  f("resources.rendezvous_timeout_seconds", s.resources.rendezvous_timeout_seconds,
+    Bound::Positive(), Bound::Within(0, kDay));
+  f("resources.hang_timeout_seconds", s.resources.hang_timeout_seconds, Bound::NonNegative(),
+    Bound::Within(0, 7 * kDay));
+  f("resources.peak_tflops", s.resources.peak_tflops, Bound::NonNegative());
   f("resources.launcher", s.resources.launcher);
-  f("resources.nodes", s.resources.nodes);
-  f("resources.gpus_per_node", s.resources.gpus_per_node);
+  f("resources.nodes", s.resources.nodes, Bound::Within(1, 4096));
+  f("resources.gpus_per_node", s.resources.gpus_per_node, Bound::Within(0, 64));
   f("resources.slurm_account", s.resources.slurm_account);
   f("resources.slurm_partition", s.resources.slurm_partition);
   f("resources.slurm_qos", s.resources.slurm_qos);
@@ -281,6 +238,26 @@ void ForEachField(Spec& s, F&& f) {
   f("resources.allow_shrink", s.resources.allow_shrink);
   f("notify.webhooks", s.notify.webhooks);
 }
+
+}  // namespace
+
+namespace job_spec_internal {
+
+Status CheckFieldBounds(const JobSpec& spec) {
+  Status status;
+  ForEachField(spec, [&](const char* path, const auto& value, const auto&... bounds) {
+    if constexpr (sizeof...(bounds) > 0) {
+      for (const Bound& bound : {bounds...}) {
+        if (status.ok()) status = CheckBound(path, value, bound);
+      }
+    }
+  });
+  return status;
+}
+
+}  // namespace job_spec_internal
+
+namespace {
 
 // The launcher fields (ResourceSpec): written only when they differ from a default spec's; the
 // model.lora and eval fields only when a LoRA or an eval loss is asked for.
@@ -323,7 +300,7 @@ const std::set<std::string>& KnownPaths() {
   static const std::set<std::string> paths = [] {
     std::set<std::string> p{kBetas};
     JobSpec spec;
-    ForEachField(spec, [&](const char* path, auto&) { p.insert(path); });
+    ForEachField(spec, [&](const char* path, auto&, auto&&...) { p.insert(path); });
     return p;
   }();
   return paths;
@@ -631,7 +608,7 @@ Result<JobSpec> FromTree(const YAML::Node& root) {
   ADCTL_RETURN_IF_ERROR(Flatten(root, &flat));
   JobSpec spec;
   Status status;
-  ForEachField(spec, [&](const char* path, auto& field) {
+  ForEachField(spec, [&](const char* path, auto& field, auto&&...) {
     if (!status.ok()) return;
     auto it = flat.find(path);
     if (it != flat.end()) status = Convert(path, it->second, &field);
@@ -783,7 +760,7 @@ Result<JobSpec> WithRankCount(const JobSpec& spec, int64_t ranks, const std::str
 std::string JobSpecToYaml(const JobSpec& spec) {
   std::string out = "# adctl job spec (canonical form; every field is in docs/job-spec.md)\n";
   std::string current_section, current_subsection;
-  ForEachField(spec, [&](const char* path_c, const auto& value) {
+  ForEachField(spec, [&](const char* path_c, const auto& value, auto&&...) {
     const std::string path = path_c;
     if (path == "train.beta2") return;  // emitted with beta1 as "betas"
     if (IsUnsetLauncherField(path, spec)) return;
@@ -821,7 +798,7 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
                              std::vector<int64_t>, std::vector<DataSource>>;
   auto collect = [](const JobSpec& s) {
     std::vector<Value> values;
-    ForEachField(s, [&](const char*, const auto& v) {
+    ForEachField(s, [&](const char*, const auto& v, auto&&...) {
       if constexpr (std::is_enum_v<std::decay_t<decltype(v)>>) {
         values.emplace_back(Name(v));
       } else {
@@ -836,7 +813,7 @@ bool operator==(const JobSpec& a, const JobSpec& b) {
 std::vector<std::string> JobSpecFieldPaths() {
   std::vector<std::string> paths;
   JobSpec spec;
-  ForEachField(spec, [&](const char* path, auto&) {
+  ForEachField(spec, [&](const char* path, auto&, auto&&...) {
     if (std::string(path) == "train.beta2") return;
     paths.push_back(std::string(path) == "train.beta1" ? kBetas : path);
   });

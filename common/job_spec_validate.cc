@@ -17,8 +17,11 @@ namespace adctl {
 
 namespace {
 
+using job_spec_internal::Bound;
 using job_spec_internal::FirstInvalidUtf8;
 using job_spec_internal::FormatDouble;
+using job_spec_internal::kMaxBatchLatents;
+using job_spec_internal::kMaxLatentSide;
 
 // ---- Validation helpers ----------------------------------------------------------------------
 
@@ -75,16 +78,6 @@ Status UnitInterval(const char* path, double value) {
   return InvalidArgument(std::string(path) + ": must be in [0, 1), got " + Show(value));
 }
 
-// Bounds on what a spec may ask for; README.md ("Job spec") lists them.
-constexpr int64_t kMaxSteps = 1'000'000'000;
-// Upper bounds of sizes (no real job comes near them; each keeps an allocation finite).
-constexpr int64_t kMaxSamples = 10'000'000;             // data.num_samples (synthetic clips)
-constexpr int64_t kMaxFrames = 1024;                    // data.frames, validation.frames
-constexpr int64_t kMaxLatentSide = 1024;                // data.height/width (8192 pixels)
-constexpr int64_t kMaxTextLen = 4096;                   // data.text_len (CLIP's is 77)
-constexpr int64_t kMaxBatchLatents = int64_t{1} << 31;  // one micro-batch's latent values
-constexpr int64_t kMaxPriority = 1'000'000;
-
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 63) return false;
   for (unsigned char c : name) {
@@ -98,6 +91,33 @@ bool ValidName(const std::string& name) {
 constexpr int64_t kTinyMaxFrames = 32;
 
 }  // namespace
+
+namespace job_spec_internal {
+
+template <typename T>
+Status CheckBoundOf(const char* path, T value, const Bound& bound) {
+  switch (bound.kind) {
+    case Bound::Kind::kAtLeast:
+      return AtLeast(path, value, static_cast<T>(bound.min));
+    case Bound::Kind::kWithin:
+      return Within(path, value, static_cast<T>(bound.min), static_cast<T>(bound.max));
+    case Bound::Kind::kPositive:
+      return Positive(path, static_cast<double>(value));
+    case Bound::Kind::kNonNegative:
+      return NonNegative(path, static_cast<double>(value));
+  }
+  return Status::Ok();
+}
+
+Status CheckBound(const char* path, int64_t value, const Bound& bound) {
+  return CheckBoundOf(path, value, bound);
+}
+
+Status CheckBound(const char* path, double value, const Bound& bound) {
+  return CheckBoundOf(path, value, bound);
+}
+
+}  // namespace job_spec_internal
 
 Status CheckGraceSeconds(const std::string& field, double seconds) {
   ADCTL_RETURN_IF_ERROR(NonNegative(field.c_str(), seconds));
@@ -198,6 +218,9 @@ Status ValidateJobSpec(const JobSpec& s) {
         "name: must be 1-63 characters of letters, digits, '-', '_' or '.', got " + Show(s.name));
   }
 
+  // Every number field's own range (its line in job_spec.cc's ForEachField).
+  ADCTL_RETURN_IF_ERROR(job_spec_internal::CheckFieldBounds(s));
+
   const bool preprocess = s.kind == JobKind::kPreprocess;
 
   // model
@@ -297,12 +320,6 @@ Status ValidateJobSpec(const JobSpec& s) {
   }
   // Sizes that could never fit are refused here, naming the field, rather than by a rank's
   // allocation failing (and being retried) later.
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.num_samples", d.num_samples, 1, kMaxSamples));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.frames", d.frames, 1, kMaxFrames));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.height", d.height, 1, kMaxLatentSide));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.width", d.width, 1, kMaxLatentSide));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("data.text_len", d.text_len, 1, kMaxTextLen));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("data.seed", d.seed, 0));
   if (m.preset == ModelPreset::kTiny) {
     if (d.frames > kTinyMaxFrames) {
       return InvalidArgument("data.frames: the tiny preset takes at most " +
@@ -326,9 +343,6 @@ Status ValidateJobSpec(const JobSpec& s) {
 
   // train
   const TrainSpec& t = s.train;
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_steps", t.max_steps, 1, kMaxSteps));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.batch_size", t.batch_size, 1, 4096));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.grad_accum", t.grad_accum, 1, 65536));
   // One micro-batch's latents on a rank (4 channels); each factor is bounded above.
   const int64_t batch_latents = t.batch_size * d.frames * d.height * d.width * 4;
   if (batch_latents > kMaxBatchLatents) {
@@ -337,20 +351,13 @@ Status ValidateJobSpec(const JobSpec& s) {
         std::to_string(batch_latents) + " latent values, at most " +
         std::to_string(kMaxBatchLatents) + " (lower the batch size or the clip size)");
   }
-  ADCTL_RETURN_IF_ERROR(Positive("train.lr", t.lr));
-  ADCTL_RETURN_IF_ERROR(Within("train.lr", t.lr, 0.0, 1.0));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta1", t.beta1));
   ADCTL_RETURN_IF_ERROR(UnitInterval("train.beta2", t.beta2));
-  ADCTL_RETURN_IF_ERROR(NonNegative("train.weight_decay", t.weight_decay));
-  ADCTL_RETURN_IF_ERROR(Positive("train.eps", t.eps));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.warmup_steps", t.warmup_steps, 0, kMaxSteps));
   ADCTL_RETURN_IF_ERROR(Finite("train.max_grad_norm", t.max_grad_norm));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.seed", t.seed, 0));
   if (!(t.rollback_lr_factor > 0 && t.rollback_lr_factor <= 1)) {
     return InvalidArgument("train.rollback_lr_factor: must be in (0, 1], got " +
                            Show(t.rollback_lr_factor));
   }
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("train.max_rollbacks", t.max_rollbacks, 0, 100));
   if (t.nan_policy == NanPolicy::kRollback && t.max_rollbacks > s.resources.max_restarts) {
     return InvalidArgument("train.max_rollbacks: " + Show(t.max_rollbacks) +
                            " is above resources.max_restarts (" + Show(s.resources.max_restarts) +
@@ -361,8 +368,6 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument(
         "train.beta_schedule: 'pretrained' reads model.pretrained's scheduler/, which is not set");
   }
-  ADCTL_RETURN_IF_ERROR(Positive("train.beta_start", t.beta_start));
-  ADCTL_RETURN_IF_ERROR(Positive("train.beta_end", t.beta_end));
   if (t.beta_end >= 1) {
     return InvalidArgument("train.beta_end: must be < 1, got " + Show(t.beta_end));
   }
@@ -370,9 +375,6 @@ Status ValidateJobSpec(const JobSpec& s) {
     return InvalidArgument("train.beta_start: must be <= train.beta_end (" + Show(t.beta_end) +
                            "), got " + Show(t.beta_start));
   }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.num_train_timesteps", t.num_train_timesteps, 2));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.log_every", t.log_every, 1));
-  ADCTL_RETURN_IF_ERROR(Positive("train.bucket_cap_mb", t.bucket_cap_mb));
   const EmaSpec& ema = t.ema;
   ADCTL_RETURN_IF_ERROR(Finite("train.ema.decay", ema.decay));
   if (ema.decay < 0 || ema.decay >= 1) {
@@ -380,8 +382,6 @@ Status ValidateJobSpec(const JobSpec& s) {
         "train.ema.decay: must be in [0, 1) (0: no EMA; diffusers: 0.9999), got " +
         Show(ema.decay));
   }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.start_step", ema.start_step, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("train.ema.update_every", ema.update_every, 1));
   if (ema.enabled() && preprocess) {
     return InvalidArgument("train.ema: a preprocess job trains no weights to average");
   }
@@ -396,11 +396,7 @@ Status ValidateJobSpec(const JobSpec& s) {
   }
 
   // checkpoint
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint.every_steps, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_last", s.checkpoint.keep_last, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_every", s.checkpoint.keep_every, 0));
   const KeepBestSpec& best = s.checkpoint.keep_best;
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("checkpoint.keep_best.k", best.k, 0));
   if (best.k > 0 && !s.eval.enabled()) {
     return InvalidArgument(
         "checkpoint.keep_best: ranks checkpoints by eval_loss, which needs eval (set "
@@ -429,14 +425,11 @@ Status ValidateJobSpec(const JobSpec& s) {
           "validation: prompts are set but every_steps is 0 and at_steps is empty (never)");
     }
   }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps", v.steps, 1));
   if (v.steps > t.num_train_timesteps) {
     return InvalidArgument("validation.steps: at most train.num_train_timesteps (" +
                            Show(t.num_train_timesteps) + "), got " + Show(v.steps));
   }
   ADCTL_RETURN_IF_ERROR(Finite("validation.guidance", v.guidance));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.seed", v.seed, 0));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("validation.frames", v.frames, 1, kMaxFrames));
   for (auto [path, px] :
        {std::pair{"validation.height", v.height}, std::pair{"validation.width", v.width}}) {
     if (px < 8 || px % 8 != 0) {
@@ -445,19 +438,13 @@ Status ValidateJobSpec(const JobSpec& s) {
     }
     ADCTL_RETURN_IF_ERROR(Within<int64_t>(path, px, 8, 8 * kMaxLatentSide));
   }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.every_steps", v.every_steps, 0));
   for (size_t i = 0; i < v.at_steps.size(); ++i) {
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>(
         ("validation.at_steps[" + std::to_string(i) + "]").c_str(), v.at_steps[i], 1));
   }
-  ADCTL_RETURN_IF_ERROR(NonNegative("validation.eta", v.eta));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.steps_offset", v.steps_offset, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.fps", v.fps, 1));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("validation.decode_chunk", v.decode_chunk, 1));
 
   // eval
   const EvalSpec& e = s.eval;
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.holdout_clips", e.holdout_clips, 0));
   if (e.enabled()) {
     if (preprocess) return InvalidArgument("eval: a preprocess job trains nothing to evaluate");
     if (e.holdout_clips > 0 && !e.path.empty()) {
@@ -477,8 +464,6 @@ Status ValidateJobSpec(const JobSpec& s) {
                                             e.timesteps[i], 0, t.num_train_timesteps - 1));
     }
   }
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.every_steps", e.every_steps, 0));
-  ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("eval.seed", e.seed, 0));
 
   // export
   for (size_t i = 0; i < s.exports.formats.size(); ++i) {
@@ -502,22 +487,7 @@ Status ValidateJobSpec(const JobSpec& s) {
 
   // resources
   const ResourceSpec& r = s.resources;
-  constexpr double kDay = 86400;
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.gpus", r.gpus, 1, 4096));
-  ADCTL_RETURN_IF_ERROR(
-      Within<int64_t>("resources.priority", r.priority, -kMaxPriority, kMaxPriority));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.max_restarts", r.max_restarts, 0, 1000));
   ADCTL_RETURN_IF_ERROR(CheckGraceSeconds("resources.grace_seconds", r.grace_seconds));
-  ADCTL_RETURN_IF_ERROR(
-      Positive("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds));
-  ADCTL_RETURN_IF_ERROR(
-      Within("resources.rendezvous_timeout_seconds", r.rendezvous_timeout_seconds, 0.0, kDay));
-  ADCTL_RETURN_IF_ERROR(NonNegative("resources.hang_timeout_seconds", r.hang_timeout_seconds));
-  ADCTL_RETURN_IF_ERROR(
-      Within("resources.hang_timeout_seconds", r.hang_timeout_seconds, 0.0, 7 * kDay));
-  ADCTL_RETURN_IF_ERROR(NonNegative("resources.peak_tflops", r.peak_tflops));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.nodes", r.nodes, 1, 4096));
-  ADCTL_RETURN_IF_ERROR(Within<int64_t>("resources.gpus_per_node", r.gpus_per_node, 0, 64));
   const bool slurm_fields = r.nodes != 1 || r.gpus_per_node != 0 || !r.slurm_account.empty() ||
                             !r.slurm_partition.empty() || !r.slurm_qos.empty() ||
                             !r.slurm_time_limit.empty() || !r.slurm_extra_args.empty();

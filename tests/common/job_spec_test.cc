@@ -166,6 +166,13 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
       {{"train.beta2=-0.1"}, "train.beta2: must be in [0, 1), got -0.1"},
       {{"train.eps=0"}, "train.eps: must be > 0"},
       {{"train.weight_decay=-1"}, "train.weight_decay: must be >= 0"},
+      // The ranges on the fields' own lines (job_spec.cc's ForEachField), ints and doubles.
+      {{"train.ema.update_every=0"}, "train.ema.update_every: must be >= 1, got 0"},
+      {{"validation.eta=nan"}, "validation.eta: must be a finite number, got nan"},
+      {{"resources.rendezvous_timeout_seconds=0"},
+       "resources.rendezvous_timeout_seconds: must be > 0, got 0"},
+      {{"resources.hang_timeout_seconds=-1"}, "resources.hang_timeout_seconds: must be >= 0"},
+      {{"resources.gpus_per_node=65"}, "resources.gpus_per_node: must be in [0, 64], got 65"},
       {{"train.lr_schedule=linear"},
        "train.lr_schedule: must be one of 'constant', 'cosine', got 'linear'"},
       {{"train.precision=fp16"},
