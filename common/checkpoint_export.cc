@@ -203,16 +203,7 @@ Result<BaseTensors> ReadBase(const std::string& base, const std::string& weights
     std::string name = animatediff_layout ? AnimateDiffKeyToDiffusers(t.name) : t.name;
     // The key map drops the positional tables (each attention block has a copy); diffusers
     // keeps the first once per transformer block.
-    const std::string first_pe = ".attention_blocks.0.pos_encoder.pe";
-    if (animatediff_layout && EndsWith(t.name, first_pe)) {
-      name = AnimateDiffKeyToDiffusers(t.name.substr(0, t.name.size() - first_pe.size()) +
-                                       ".attention_blocks.0.to_q.weight");
-      if (EndsWith(name, ".attn1.to_q.weight")) {
-        name = name.substr(0, name.size() - std::strlen(".attn1.to_q.weight")) + ".pos_embed.pe";
-      } else {
-        name.clear();
-      }
-    }
+    if (animatediff_layout && name.empty()) name = AnimateDiffTableKeyToDiffusers(t.name);
     if (!name.empty()) out.by_name[name] = &t;
   }
   if (out.by_name.empty()) return InvalidArgument(weights + ": holds no motion-module tensors");

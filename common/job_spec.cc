@@ -118,6 +118,7 @@ void ForEachField(Spec& s, F&& f) {
   f("model.motion_module_file", s.model.motion_module_file);
   f("model.motion_norm", s.model.motion_norm);
   f("model.gradient_checkpointing", s.model.gradient_checkpointing);
+  f("model.motion_max_frames", s.model.motion_max_frames, Bound::Within(0, kMaxFrames));
   f("model.lora.rank", s.model.lora.rank);
   f("model.lora.alpha", s.model.lora.alpha);
   f("model.lora.targets", s.model.lora.targets);
@@ -269,6 +270,7 @@ bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("checkpoint.keep_best.", 0) == 0) return spec.checkpoint.keep_best.k == 0;
   if (path == "validation.weights") return spec.validation.weights == WeightsSource::kRaw;
   if (path == "data.sources") return spec.data.sources.empty();
+  if (path == "model.motion_max_frames") return spec.model.motion_max_frames == 0;
   if (path == "train.rollback_lr_factor" || path == "train.max_rollbacks") {
     return spec.train.nan_policy != NanPolicy::kRollback;
   }

@@ -142,6 +142,10 @@ struct ModelSpec {
   GradientCheckpointing gradient_checkpointing = GradientCheckpointing::kNone;
   // Presets only: motion-module layout "v2" (mid-block module) or "v1"/"v3" (none).
   PresetLayout preset_layout = PresetLayout::kV2;
+  // Frames the motion modules take, beyond their positional table's length (32 for released
+  // modules): the table is linearly interpolated to this many positions once the model is
+  // loaded (a change to the module, which its checkpoints and exports keep). 0: the table as is.
+  int64_t motion_max_frames = 0;
   LoraSpec lora;
 };
 

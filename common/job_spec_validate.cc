@@ -255,6 +255,14 @@ Status ValidateJobSpec(const JobSpec& s) {
                            "its own modules)");
   }
   ADCTL_RETURN_IF_ERROR(ValidateLora(m, preprocess));
+  if (m.motion_max_frames > 0 && preprocess) {
+    return InvalidArgument("model.motion_max_frames: a preprocess job runs no motion modules");
+  }
+  if (m.motion_max_frames > 0 && m.lora.enabled()) {
+    return InvalidArgument(
+        "model.motion_max_frames: not with model.lora (its adapters and merged exports would "
+        "need the extended table too); extend the motion modules in a full training job first");
+  }
 
   // data
   const DataSpec& d = s.data;
@@ -321,9 +329,11 @@ Status ValidateJobSpec(const JobSpec& s) {
   // Sizes that could never fit are refused here, naming the field, rather than by a rank's
   // allocation failing (and being retried) later.
   if (m.preset == ModelPreset::kTiny) {
-    if (d.frames > kTinyMaxFrames) {
+    const int64_t tiny_frames = std::max(kTinyMaxFrames, m.motion_max_frames);
+    if (d.frames > tiny_frames) {
       return InvalidArgument("data.frames: the tiny preset takes at most " +
-                             std::to_string(kTinyMaxFrames) + " frames, got " + Show(d.frames));
+                             std::to_string(tiny_frames) + " frames, got " + Show(d.frames) +
+                             " (model.motion_max_frames extends its positional table)");
     }
     // The tiny UNet downsamples once (two down blocks), so latent sides must be even.
     if (d.height % 2 != 0) {

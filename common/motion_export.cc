@@ -83,6 +83,16 @@ std::string AnimateDiffKeyToDiffusers(const std::string& key) {
   return k;
 }
 
+std::string AnimateDiffTableKeyToDiffusers(const std::string& key) {
+  const std::string first_table = ".attention_blocks.0.pos_encoder.pe";
+  if (!EndsWith(key, first_table)) return "";
+  std::string k = AnimateDiffKeyToDiffusers(key.substr(0, key.size() - first_table.size()) +
+                                            ".attention_blocks.0.to_q.weight");
+  const std::string query = ".attn1.to_q.weight";
+  if (!EndsWith(k, query)) return "";
+  return k.substr(0, k.size() - query.size()) + ".pos_embed.pe";
+}
+
 std::vector<std::string> DiffusersKeyToAnimateDiff(const std::string& key) {
   const auto at = AfterModuleIndex(key);
   if (at == std::string::npos) return {};

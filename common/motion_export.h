@@ -25,6 +25,10 @@ namespace adctl {
 // (non-motion keys and `pos_encoder.pe`, which diffusers keeps once per transformer block).
 // Strips a DDP "module." prefix.
 std::string AnimateDiffKeyToDiffusers(const std::string& key);
+// An AnimateDiff positional table's key (`...transformer_blocks.0.attention_blocks.0.
+// pos_encoder.pe`) → the diffusers key of its block's one table (`...transformer_blocks.0.
+// pos_embed.pe`); "" for the second attention block's copy and for every other key.
+std::string AnimateDiffTableKeyToDiffusers(const std::string& key);
 // diffusers MotionAdapter key → original AnimateDiff keys: one, or two for a block's
 // `pos_embed.pe` (each attention block has its own table there); none for non-motion keys.
 std::vector<std::string> DiffusersKeyToAnimateDiff(const std::string& key);

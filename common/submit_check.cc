@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -68,7 +69,10 @@ bool SpecNamesField(const std::string& yaml_text, const std::vector<std::string>
   }
 }
 
-std::optional<int64_t> MotionFramesLimit(const ModelSpec& m) {
+namespace {
+
+// The length of the positional table the motion modules of `m` are loaded with.
+std::optional<int64_t> TableLength(const ModelSpec& m) {
   if (!m.motion_module_file.empty()) {
     if (m.motion_module_file.size() > 12 &&
         m.motion_module_file.compare(m.motion_module_file.size() - 12, 12, ".safetensors") == 0) {
@@ -80,6 +84,15 @@ std::optional<int64_t> MotionFramesLimit(const ModelSpec& m) {
   if (!m.unet_motion.empty()) return FolderLimit(m.unet_motion);
   if (m.preset != ModelPreset::kNone) return m.preset_layout == PresetLayout::kV1 ? 24 : 32;
   return kDefaultMaxSeqLength;  // new motion modules
+}
+
+}  // namespace
+
+std::optional<int64_t> MotionFramesLimit(const ModelSpec& m) {
+  const std::optional<int64_t> table = TableLength(m);
+  // model.motion_max_frames interpolates a shorter table to its length.
+  if (!table) return std::nullopt;
+  return std::max(*table, m.motion_max_frames);
 }
 
 std::optional<int64_t> CacheFrames(const std::string& cache_dir) {
@@ -109,8 +122,8 @@ std::optional<CacheSettings> ReadCacheSettings(const std::string& cache_dir) {
 Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
   const bool preprocess = spec.kind == JobKind::kPreprocess;
   if (const auto limit = MotionFramesLimit(spec.model); limit && !preprocess) {
-    const std::string holds =
-        ", the motion modules hold at most " + std::to_string(*limit) + " (their positional table)";
+    const std::string holds = ", the motion modules hold at most " + std::to_string(*limit) +
+                              " (their positional table; model.motion_max_frames extends it)";
     if (spec.data.kind != DataKind::kLatents && spec.data.frames > *limit) {
       return InvalidArgument("data.frames: " + std::to_string(spec.data.frames) + holds);
     }

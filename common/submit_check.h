@@ -24,8 +24,9 @@
 
 namespace adctl {
 
-// The frames the motion modules of `m` hold; nullopt when that cannot be told without loading
-// them (a .ckpt file, a folder that is not there yet).
+// The frames the motion modules of `m` hold (model.motion_max_frames when it extends their
+// table); nullopt when that cannot be told without loading them (a .ckpt file, a folder that
+// is not there yet).
 std::optional<int64_t> MotionFramesLimit(const ModelSpec& m);
 
 // The frames a latent cache was made with (its settings.json); nullopt when it does not say.

@@ -201,6 +201,10 @@ TEST(JobSpecTest, ValidationNamesFieldAndValue) {
       {{"data.path=/x"}, "data.path: only used with data.kind 'latents'"},
       {{"data.frames=33"}, "data.frames: the tiny preset takes at most 32 frames, got 33"},
       {{"data.frames=0"}, "data.frames: must be in [1, 1024], got 0"},
+      {{"data.frames=40"}, "got 40 (model.motion_max_frames extends its positional table)"},
+      {{"model.motion_max_frames=2000"}, "model.motion_max_frames: must be in [0, 1024], got 2000"},
+      {{"model.motion_max_frames=64", "model.lora.rank=4", "model.motion_adapter=/m"},
+       "model.motion_max_frames: not with model.lora"},
       {{"data.height=15"}, "data.height: must be even for the tiny preset, got 15"},
       {{"data.num_samples=0"}, "data.num_samples: must be in [1, 10000000], got 0"},
       {{"model.motion_norm=group"},
@@ -395,6 +399,7 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.train.ema.decay = 0.999;  // the EMA's when it is on, and the weights when not raw
   spec.validation.weights = spec.eval.weights = spec.exports.weights = WeightsSource::kEma;
   spec.checkpoint.keep_best.k = 2;
+  spec.model.motion_max_frames = 64;                 // and the stretched table when it is asked for
   spec.data.sources = {{"/c", 1, 0}};                // and data.sources when a mix is asked for
   spec.train.nan_policy = NanPolicy::kRollback;      // and the rollback's fields with that policy
   spec.notify.webhooks = {"https://example.com/h"};  // and notify when it names a URL

@@ -54,6 +54,11 @@ TEST_F(SubmitCheckTest, TheMotionModulesPositionalTableBoundsTheFrames) {
   ModelSpec file = adapter;
   file.motion_module_file = kFixtures + "/animatediff-tiny/mm_tiny.safetensors";
   EXPECT_EQ(MotionFramesLimit(file), 32);  // pos_encoder.pe [1, 32, C]
+  // model.motion_max_frames stretches a shorter table, and leaves a longer one as it is.
+  file.motion_max_frames = 64;
+  EXPECT_EQ(MotionFramesLimit(file), 64);
+  file.motion_max_frames = 16;
+  EXPECT_EQ(MotionFramesLimit(file), 32);
   file.motion_module_file = kFixtures + "/animatediff-tiny/mm_tiny.ckpt";
   EXPECT_EQ(MotionFramesLimit(file), std::nullopt) << "a pickle is not read at submit";
 

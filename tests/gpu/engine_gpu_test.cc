@@ -166,6 +166,23 @@ INSTANTIATE_TEST_SUITE_P(AttentionKernels, Bf16TinyTraining,
                          ::testing::Values("auto", "flash", "efficient", "cudnn", "math"),
                          [](const auto& info) { return info.param; });
 
+// model.motion_max_frames on CUDA: 48-frame clips through the tiny preset's stretched 32-position
+// tables, in bf16 with the fused kernels (the motion modules' attention past the short-attention
+// kernel's 32 frames runs LibTorch's).
+TEST_F(EngineGpuTest, StretchedPositionTablesTrainLongerClipsInBf16) {
+  const TempDir tmp;
+  RecordingReporter rep;
+  ASSERT_EQ(TrainTiny("data: {kind: synthetic, num_samples: 8, frames: 48, height: 8, width: 8, "
+                      "text_len: 4}\n"
+                      "train: {max_steps: 4, batch_size: 2, lr: 1.0e-3, precision: bf16}\n"
+                      "checkpoint: {every_steps: 4}\n",
+                      fs::path(tmp.path()) / "job", rep, "{preset: tiny, motion_max_frames: 48}"),
+            kExitOk)
+      << (rep.events.empty() ? "" : rep.events.back());
+  ASSERT_EQ(rep.steps.size(), 4u);
+  for (const auto& s : rep.steps) EXPECT_TRUE(std::isfinite(s.loss));
+}
+
 // at::_fused_adamw_ (one kernel) against the multi-tensor formula it replaces: the same
 // parameters and moments after three steps with weight decay, to fp32 rounding.
 TEST_F(EngineGpuTest, FusedAdamWMatchesTheForeachFormula) {

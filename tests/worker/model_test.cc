@@ -6,10 +6,12 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/motion_export.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/kernels/dispatch.h"
 #include "worker/model/config.h"
 #include "worker/model/flops.h"
+#include "worker/model/motion_module.h"
 #include "worker/model/unet3d.h"
 #include "worker/model/weights.h"
 
@@ -241,6 +243,15 @@ TEST_F(WeightsTest, AnimateDiffKeysMapToDiffusers) {
                                       "transformer_blocks.0.attention_blocks.0.pos_encoder.pe"),
             "");
   EXPECT_EQ(AnimateDiffKeyToDiffusers("down_blocks.0.resnets.0.conv1.weight"), "");
+  // A block's one table is its first attention block's copy.
+  EXPECT_EQ(
+      AnimateDiffTableKeyToDiffusers("down_blocks.0.motion_modules.0.temporal_transformer."
+                                     "transformer_blocks.0.attention_blocks.0.pos_encoder.pe"),
+      "down_blocks.0.motion_modules.0.transformer_blocks.0.pos_embed.pe");
+  EXPECT_EQ(
+      AnimateDiffTableKeyToDiffusers("down_blocks.0.motion_modules.0.temporal_transformer."
+                                     "transformer_blocks.0.attention_blocks.1.pos_encoder.pe"),
+      "");
 }
 
 TEST_F(WeightsTest, OriginalAnimateDiffFileLoadsWithPerFrameNorm) {
@@ -280,6 +291,59 @@ TEST_F(WeightsTest, OriginalAnimateDiffFileLoadsWithPerFrameNorm) {
   ASSERT_TRUE(forced.ok());
   auto r = RunParity(forced->model);
   EXPECT_LT(r.pred_error, 1e-4);
+}
+
+// model.motion_max_frames stretches the loaded tables; both export formats keep the stretched
+// ones, which load back as they are (a released module's sinusoid is computed, not read).
+TEST_F(WeightsTest, StretchedPositionTablesRoundTripThroughBothFormats) {
+  ModelSources src;
+  src.unet2d = kFixtures + "/unet2d";
+  src.motion_adapter = kFixtures + "/motion_adapter";
+  auto a = LoadUNet3D(src, MotionNorm::kAuto);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const int64_t table = a->model->motion_config().max_seq_length;
+  const int64_t frames = table + 8;
+  a->model->ExtendMotionPositions(frames);
+  EXPECT_EQ(a->model->motion_config().max_seq_length, frames);
+  const std::string pe = "down_blocks.0.motion_modules.0.transformer_blocks.0.pos_embed.pe";
+  const torch::Tensor stretched = a->model->named_buffers(true)[pe].clone();
+  ASSERT_EQ(stretched.size(1), frames);
+  {
+    // It reads clips of the longer length (more than its table held before).
+    torch::NoGradGuard no_grad;
+    const auto& cfg = a->model->unet_config();
+    auto sample = torch::randn({1, cfg.in_channels, frames, 4, 4});
+    auto text = torch::randn({1, 3, cfg.cross_attention_dim});
+    auto out = a->model->forward(sample, torch::full({1}, 10, torch::kLong), text);
+    EXPECT_EQ(out.sizes(), sample.sizes());
+  }
+  ASSERT_TRUE(SaveMotionAdapter(*a->model, (dir_ / "adapter").string()).ok());
+  ASSERT_TRUE(ExportMotionModules((dir_ / "adapter").string(), ExportFormat::kAnimateDiff,
+                                  (dir_ / "mm.safetensors").string(), {})
+                  .ok());
+  ModelSources diffusers;
+  diffusers.unet2d = kFixtures + "/unet2d";
+  diffusers.motion_adapter = (dir_ / "adapter").string();
+  ModelSources animatediff = diffusers;  // the adapter's config.json gives heads and groups
+  animatediff.motion_module_file = (dir_ / "mm.safetensors").string();
+  for (const ModelSources& again : {diffusers, animatediff}) {
+    auto b = LoadUNet3D(again, MotionNorm::kAuto);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(b->model->motion_config().max_seq_length, frames);
+    EXPECT_TRUE(torch::equal(b->model->named_buffers(true)[pe], stretched)) << b->motion_format;
+  }
+  // A file of the plain sinusoid keeps the computed table (released modules are fp16).
+  auto fp16 = MustRead((dir_ / "mm.safetensors").string());
+  for (auto& [k, t] : fp16) {
+    t = k.find("pos_encoder.pe") != std::string::npos
+            ? SinusoidalPositionTable(frames, t.size(2)).to(torch::kHalf)
+            : t;
+  }
+  ASSERT_TRUE(WriteTensorFile((dir_ / "mm.safetensors").string(), fp16).ok());
+  auto c = LoadUNet3D(animatediff, MotionNorm::kAuto);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(torch::equal(c->model->named_buffers(true)[pe],
+                           SinusoidalPositionTable(frames, stretched.size(2))));
 }
 
 TEST_F(WeightsTest, StrictLoadingNamesTheBadKey) {
@@ -395,6 +459,16 @@ TEST(MotionModule, PositionTableInterleavesSinAndCos) {
               1e-6);
   // Rows do not depend on the table length.
   EXPECT_TRUE(torch::allclose(SinusoidalPositionTable(24, 8), pe.slice(1, 0, 24)));
+}
+
+TEST(MotionModule, AStretchedTableKeepsItsEndsAndInterpolatesBetween) {
+  const auto pe = SinusoidalPositionTable(32, 8);
+  const auto stretched = InterpolatePositionTable(pe, 63);  // position p reads old p / 2
+  ASSERT_EQ(stretched.sizes(), (std::vector<int64_t>{1, 63, 8}));
+  EXPECT_TRUE(torch::allclose(stretched[0][0], pe[0][0]));
+  EXPECT_TRUE(torch::allclose(stretched[0][62], pe[0][31]));
+  EXPECT_TRUE(torch::allclose(stretched[0][10], pe[0][5]));
+  EXPECT_TRUE(torch::allclose(stretched[0][11], (pe[0][5] + pe[0][6]) / 2, 1e-5, 1e-6));
 }
 
 TEST(Timestep, FeaturesFollowTheFormula) {

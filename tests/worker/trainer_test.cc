@@ -22,6 +22,7 @@
 #include "worker/data/latent_dataset.h"
 #include "worker/data/sampler.h"
 #include "worker/model/config.h"
+#include "worker/model/motion_module.h"
 #include "worker/model/weights.h"
 #include "worker/train/attention_warmup.h"
 #include "worker/train/checkpoint_saver.h"
@@ -117,6 +118,45 @@ TEST_F(TrainerTest, TrainsAndWritesALoadableCheckpoint) {
   auto loaded = LoadUNet3D(src, MotionNorm::kAuto);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_TRUE(loaded->motion_loaded);
+}
+
+// model.motion_max_frames: clips longer than the tiny preset's 32-position tables train on the
+// stretched tables, which the checkpoint keeps (its config says so) and a resume rebuilds.
+TEST_F(TrainerTest, StretchedPositionTablesTrainLongerClipsAndResume) {
+  const std::vector<std::string> longer = {"data.frames=40", "model.motion_max_frames=40",
+                                           "data.height=4", "data.width=4"};
+  RecordingReporter first;
+  first.stop_after = 1;
+  ASSERT_EQ(Train(Spec(longer), "long", &first), kExitStopped)
+      << (first.events.empty() ? "" : first.events.back());
+  EXPECT_NE(std::find(first.events.begin(), first.events.end(),
+                      "motion modules' positional tables interpolated from 32 to 40 positions "
+                      "(model.motion_max_frames)"),
+            first.events.end());
+  RecordingReporter second;
+  ASSERT_EQ(Train(Spec(longer), "long", &second), kExitOk)
+      << (second.events.empty() ? "" : second.events.back());
+  EXPECT_EQ(second.resumed_from, 1);
+  for (const auto& [step, loss] : second.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  auto list = ListCheckpoints((root_ / "long/checkpoints").string());
+  ASSERT_TRUE(list.ok() && !list->empty());
+  const std::string adapter = list->back().path + "/motion_adapter";
+  auto config = ReadTextFile(adapter + "/config.json");
+  ASSERT_TRUE(config.ok());
+  EXPECT_NE(config->find("\"motion_max_seq_length\": 40"), std::string::npos) << *config;
+  auto tensors = ReadTensorFile(adapter + "/diffusion_pytorch_model.safetensors");
+  ASSERT_TRUE(tensors.ok());
+  const auto& pe = tensors->at("down_blocks.0.motion_modules.0.transformer_blocks.0.pos_embed.pe");
+  ASSERT_EQ(pe.size(1), 40);
+  EXPECT_TRUE(torch::allclose(
+      pe, InterpolatePositionTable(SinusoidalPositionTable(32, pe.size(2)), 40), 1e-6, 1e-6));
+
+  // Without it the same clips are refused, naming the field that extends the table.
+  EXPECT_NE(ParseJobSpec("name: t\nmodel: {preset: tiny}\ndata: {frames: 40}\n", {})
+                .status()
+                .message()
+                .find("model.motion_max_frames extends"),
+            std::string::npos);
 }
 
 TEST_F(TrainerTest, SameSeedGivesTheSameLossCurve) {

@@ -20,6 +20,16 @@ torch::Tensor SinusoidalPositionTable(int64_t max_len, int64_t dim) {
   return pe;
 }
 
+torch::Tensor InterpolatePositionTable(const torch::Tensor& table, int64_t length) {
+  namespace F = torch::nn::functional;
+  const auto stretched =
+      F::interpolate(table.permute({0, 2, 1}), F::InterpolateFuncOptions()
+                                                   .size(std::vector<int64_t>{length})
+                                                   .mode(torch::kLinear)
+                                                   .align_corners(true));
+  return stretched.permute({0, 2, 1}).contiguous();
+}
+
 PositionalEmbeddingImpl::PositionalEmbeddingImpl(int64_t dim, int64_t max_len) {
   pe = register_buffer("pe", SinusoidalPositionTable(max_len, dim));
 }
@@ -62,6 +72,16 @@ MotionModuleImpl::MotionModuleImpl(int64_t channels, int64_t heads, int64_t grou
   transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
   transformer_blocks->push_back(TemporalTransformerBlock(channels, heads, max_len));
   proj_out = register_module("proj_out", MakeLinear(torch::nn::LinearOptions(channels, channels)));
+}
+
+void MotionModuleImpl::ExtendPositions(int64_t length) {
+  if (length <= max_len) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& block : *transformer_blocks) {
+    torch::Tensor& pe = block->as<TemporalTransformerBlockImpl>()->pos_embed->pe;
+    pe.set_data(InterpolatePositionTable(pe, length));
+  }
+  max_len = length;
 }
 
 void MotionModuleImpl::ZeroInitProjOut() {

@@ -18,6 +18,11 @@ namespace adctl {
 // Sinusoidal position table [1, max_len, dim]: pe[p, 2i] = sin(p·ω_i), pe[p, 2i+1] = cos(p·ω_i),
 // ω_i = exp(-2i·ln(10000)/dim).
 torch::Tensor SinusoidalPositionTable(int64_t max_len, int64_t dim);
+// `table` [1, L, C] linearly interpolated along its positions to [1, length, C], the first and
+// the last position kept (align_corners): a module trained on L frames reads F > L frames with
+// the positions it knows, stretched (model.motion_max_frames; how the AnimateDiff community
+// trains 64-frame modules from 16/32-frame ones).
+torch::Tensor InterpolatePositionTable(const torch::Tensor& table, int64_t length);
 
 class PositionalEmbeddingImpl : public torch::nn::Module {
  public:
@@ -50,6 +55,9 @@ class MotionModuleImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, int64_t num_frames, bool norm_across_frames);
   // New-module initialisation: proj_out zeroed so the module starts as the identity.
   void ZeroInitProjOut();
+  // Interpolates every block's table to `length` positions (InterpolatePositionTable); nothing
+  // when it already holds that many.
+  void ExtendPositions(int64_t length);
   int64_t max_len;
   torch::nn::GroupNorm norm{nullptr};
   torch::nn::Linear proj_in{nullptr}, proj_out{nullptr};

@@ -226,6 +226,14 @@ void UNet3DImpl::FreezeAllButMotionModules() {
   }
 }
 
+void UNet3DImpl::ExtendMotionPositions(int64_t frames) {
+  if (frames <= motion_.max_seq_length) return;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* mm = module->as<MotionModuleImpl>()) mm->ExtendPositions(frames);
+  }
+  motion_.max_seq_length = frames;
+}
+
 void UNet3DImpl::ZeroInitMotionProjOut() {
   for (const auto& module : modules(/*include_self=*/false)) {
     if (auto* mm = module->as<MotionModuleImpl>()) mm->ZeroInitProjOut();

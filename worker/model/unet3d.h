@@ -41,6 +41,10 @@ class UNet3DImpl : public torch::nn::Module {
   void FreezeAllButMotionModules();
   // Fresh motion modules: PyTorch-default init with proj_out zeroed (identity at start).
   void ZeroInitMotionProjOut();
+  // model.motion_max_frames: every motion module's positional table interpolated to `frames`
+  // positions (MotionModuleImpl::ExtendPositions), and motion_config().max_seq_length with them,
+  // so that checkpoints and exports keep the extended table. Nothing when they hold as many.
+  void ExtendMotionPositions(int64_t frames);
 
   const UNetConfig& unet_config() const { return unet_; }
   const MotionConfig& motion_config() const { return motion_; }

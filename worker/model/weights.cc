@@ -79,8 +79,34 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Original AnimateDiff files carry no (or differently sized) position tables: ours stay.
+// Original AnimateDiff files carry no (or differently sized) position tables: ours stay, unless
+// the file's are stretched ones (LoadStretchedPositionTables).
 bool IsMotionWeight(const std::string& k) { return IsMotionKey(k) && !EndsWith(k, "pos_embed.pe"); }
+
+// The positional tables an AnimateDiff file keeps, under diffusers' names (one a block).
+TensorMap StoredPositionTables(const TensorMap& raw) {
+  TensorMap tables;
+  for (const auto& [k, t] : raw) {
+    if (const auto name = AnimateDiffTableKeyToDiffusers(k); !name.empty()) tables[name] = t;
+  }
+  return tables;
+}
+
+// Loads an AnimateDiff file's tables where they are not the sinusoid `model` computed: an adctl
+// export of modules whose table model.motion_max_frames interpolated keeps its positions.
+// Released modules keep the sinusoid (in fp16, bf16 or fp32), which stays as computed.
+void LoadStretchedPositionTables(UNet3DImpl& model, const TensorMap& tables) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_buffers(true)) {
+    auto stored = tables.find(item.key());
+    if (stored == tables.end() || stored->second.sizes() != item.value().sizes()) continue;
+    const auto table = stored->second.to(item.value().device(), torch::kFloat);
+    constexpr double kRounding = 1e-2;  // above bf16's rounding of values in [-1, 1]
+    if ((table - item.value().to(torch::kFloat)).abs().max().item<double>() > kRounding) {
+      item.value().copy_(table);
+    }
+  }
+}
 
 std::string FirstFew(const std::vector<std::string>& keys) {
   std::string out;
@@ -271,10 +297,11 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, MotionNorm norm) {
   }
   ADCTL_RETURN_IF_ERROR(CheckMotionFitsUNet(*unet_cfg, motion_cfg));
 
-  TensorMap motion_tensors;
+  TensorMap motion_tensors, stored_tables;
   if (!src.motion_module_file.empty()) {
     auto raw = ReadMotionModuleFile(src.motion_module_file);
     if (!raw.ok()) return raw.status();
+    stored_tables = StoredPositionTables(*raw);
     bool has_mid = false;
     for (const auto& [k, t] : *raw) {
       const auto mapped = AnimateDiffKeyToDiffusers(k);
@@ -348,6 +375,7 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, MotionNorm norm) {
     ADCTL_RETURN_IF_ERROR(LoadStrict(*out.model, motion_from_file ? motion_tensors : motion,
                                      motion_from_file ? IsMotionWeight : IsMotionKey,
                                      motion_from_file ? src.motion_module_file : *weights_path));
+    LoadStretchedPositionTables(*out.model, stored_tables);
     out.motion_loaded = true;
   } else {
     ADCTL_RETURN_IF_ERROR(LoadStrict(
@@ -355,6 +383,7 @@ Result<LoadedUNet> LoadUNet3D(const ModelSources& src, MotionNorm norm) {
     if (!motion_tensors.empty()) {
       ADCTL_RETURN_IF_ERROR(
           LoadStrict(*out.model, motion_tensors, IsMotionWeight, src.motion_module_file));
+      LoadStretchedPositionTables(*out.model, stored_tables);
       out.motion_loaded = true;
     } else if (!src.motion_adapter.empty()) {
       ADCTL_RETURN_IF_ERROR(LoadMotionModules(*out.model, src.motion_adapter, ""));
@@ -378,7 +407,9 @@ Status LoadMotionModules(UNet3DImpl& model, const std::string& adapter_dir,
     for (const auto& [k, t] : *raw) {
       if (const auto name = AnimateDiffKeyToDiffusers(k); !name.empty()) mapped[name] = t;
     }
-    return LoadStrict(model, mapped, IsMotionWeight, module_file);
+    ADCTL_RETURN_IF_ERROR(LoadStrict(model, mapped, IsMotionWeight, module_file));
+    LoadStretchedPositionTables(model, StoredPositionTables(*raw));
+    return Status::Ok();
   }
   auto adapter_path = FindModelWeights(adapter_dir);
   if (!adapter_path.ok()) return adapter_path.status();

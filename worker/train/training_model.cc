@@ -60,6 +60,15 @@ std::optional<Failure> BuildTrainingModel(const TrainerOptions& options, torch::
     options.reporter->OnEvent(EventLevel::kInfo,
                               "model loaded; motion modules: " + loaded->motion_format);
   }
+  // model.motion_max_frames: the loaded tables stretched to more frames (a change to the
+  // modules, kept by their checkpoints and exports; a resume stretches the same base again).
+  if (const int64_t table = model->motion_config().max_seq_length; m.motion_max_frames > table) {
+    model->ExtendMotionPositions(m.motion_max_frames);
+    options.reporter->OnEvent(
+        EventLevel::kInfo,
+        "motion modules' positional tables interpolated from " + std::to_string(table) + " to " +
+            std::to_string(m.motion_max_frames) + " positions (model.motion_max_frames)");
+  }
   model->set_gradient_checkpointing(m.gradient_checkpointing);
   model->FreezeAllButMotionModules();
   // A LoRA job freezes the motion modules too (only its adapters train; trainer.cc).
