@@ -49,15 +49,10 @@ std::vector<std::string> SplitDevices(const std::string& text) {
   return out;
 }
 
-// Every column ReadJob reads, with the current attempt's cluster job.
+// Every column of a job's row (ReadJob reads them by name), with the current attempt's cluster
+// job: a new column needs no list of its own here.
 const char kJobColumns[] =
-    "id, seq, name, submission_id, spec_yaml, token, job_dir, state, gpus, priority, attempt, "
-    "restarts, max_restarts, grace_seconds, submitted_at, started_at, finished_at, message, "
-    "devices, step, total_steps, loss, clips_per_second, step_seconds, last_checkpoint_step, "
-    "progress_updated_at, hang_timeout_seconds, checkpoint_dir, mfu_ratio, "
-    "rendezvous_timeout_seconds, launcher, submitted_by, learning_rate, eval_loss, eval_step, "
-    "validation_seconds, after_jobs, after_any, labels, preempted_by, "
-    "COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
+    "jobs.*, COALESCE((SELECT cluster_job FROM attempts WHERE attempts.job_id = jobs.id AND "
     "attempts.attempt = jobs.attempt), '') AS cluster_job";
 
 // JobRecord::labels in its TEXT column: a JSON object of strings.
