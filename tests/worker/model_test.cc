@@ -197,15 +197,20 @@ TEST(UNet3DParity, PerFrameNormChangesTheOutput) {
 
 class WeightsTest : public ::testing::Test {
  protected:
+  // The reference UNet with its motion adapter (diffusers-tiny).
+  static Result<LoadedUNet> LoadReference() {
+    ModelSources src;
+    src.unet2d = kFixtures + "/unet2d";
+    src.motion_adapter = kFixtures + "/motion_adapter";
+    return LoadUNet3D(src, MotionNorm::kAuto);
+  }
+
   const TempDir tmp_;
   const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(WeightsTest, SaveLoadRoundTripGivesIdenticalTensors) {
-  ModelSources src;
-  src.unet2d = kFixtures + "/unet2d";
-  src.motion_adapter = kFixtures + "/motion_adapter";
-  auto a = LoadUNet3D(src, MotionNorm::kAuto);
+  auto a = LoadReference();
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(SaveMotionAdapter(*a->model, (dir_ / "adapter").string()).ok());
   ASSERT_TRUE(SaveUNet2D(*a->model, (dir_ / "unet2d").string()).ok());
@@ -296,10 +301,7 @@ TEST_F(WeightsTest, OriginalAnimateDiffFileLoadsWithPerFrameNorm) {
 // model.motion_max_frames stretches the loaded tables; both export formats keep the stretched
 // ones, which load back as they are (a released module's sinusoid is computed, not read).
 TEST_F(WeightsTest, StretchedPositionTablesRoundTripThroughBothFormats) {
-  ModelSources src;
-  src.unet2d = kFixtures + "/unet2d";
-  src.motion_adapter = kFixtures + "/motion_adapter";
-  auto a = LoadUNet3D(src, MotionNorm::kAuto);
+  auto a = LoadReference();
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   const int64_t table = a->model->motion_config().max_seq_length;
   const int64_t frames = table + 8;
