@@ -175,6 +175,16 @@ class Txn {
   bool committed_ = false;
 };
 
+// Prepares `sql`, binds `args` in order (Stmt::Bind's types) and runs it once: a write. A failed
+// prepare or step is an Internal error with SQLite's message.
+template <typename... Args>
+Status Execute(sqlite3* db, const std::string& sql, const Args&... args) {
+  Stmt s(db, sql);
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  (s.Bind(args), ...);
+  return s.Run();
+}
+
 // The row type a reader makes: read(const Stmt&) → Row.
 template <typename Read>
 using RowOf = std::decay_t<std::invoke_result_t<Read&, const Stmt&>>;

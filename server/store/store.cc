@@ -24,6 +24,7 @@ namespace adctl {
 
 namespace {
 
+using store_internal::Execute;
 using store_internal::NoBinds;
 using store_internal::Query;
 using store_internal::QueryRow;
@@ -347,31 +348,25 @@ Result<JobRecord> Store::Transition(const std::string& id, std::optional<JobStat
   if (c.preempted_by) j.preempted_by = *c.preempted_by;
   if (IsTerminal(to)) j.finished_at = now;
 
-  Stmt u(db_,
-         "UPDATE jobs SET state=?, message=?, attempt=?, devices=?, restarts=?, gpus=?, "
-         "spec_yaml=?, started_at=?, finished_at=?, preempted_by=? WHERE id=?");
-  ADCTL_RETURN_IF_ERROR(u.prepare_status());
-  u.Bind(static_cast<int>(to)).Bind(j.message).Bind(j.attempt).Bind(JoinDevices(j.devices));
-  u.Bind(j.restarts).Bind(j.gpus).Bind(j.spec_yaml).Bind(j.started_at).Bind(j.finished_at);
-  u.Bind(j.preempted_by).Bind(id);
-  ADCTL_RETURN_IF_ERROR(u.Run());
+  ADCTL_RETURN_IF_ERROR(
+      Execute(db_,
+              "UPDATE jobs SET state=?, message=?, attempt=?, devices=?, restarts=?, gpus=?, "
+              "spec_yaml=?, started_at=?, finished_at=?, preempted_by=? WHERE id=?",
+              static_cast<int>(to), j.message, j.attempt, JoinDevices(j.devices), j.restarts,
+              j.gpus, j.spec_yaml, j.started_at, j.finished_at, j.preempted_by, id));
 
   if (!c.end_attempt_reason.empty() && job->attempt > 0) {
-    Stmt a(db_,
-           "UPDATE attempts SET ended_at=?, end_reason=? WHERE job_id=? AND attempt=? "
-           "AND ended_at=0");
-    ADCTL_RETURN_IF_ERROR(a.prepare_status());
-    a.Bind(now).Bind(c.end_attempt_reason).Bind(id).Bind(job->attempt);
-    ADCTL_RETURN_IF_ERROR(a.Run());
+    ADCTL_RETURN_IF_ERROR(Execute(db_,
+                                  "UPDATE attempts SET ended_at=?, end_reason=? WHERE job_id=? "
+                                  "AND attempt=? AND ended_at=0",
+                                  now, c.end_attempt_reason, id, job->attempt));
   }
   if (c.attempt && *c.attempt != job->attempt) {
-    Stmt a(db_,
-           "INSERT INTO attempts (job_id, attempt, world_size, devices, started_at, token_sha256) "
-           "VALUES (?,?,?,?,?,?)");
-    ADCTL_RETURN_IF_ERROR(a.prepare_status());
-    a.Bind(id).Bind(*c.attempt).Bind(j.gpus).Bind(JoinDevices(j.devices)).Bind(now);
-    a.Bind(c.attempt_token_sha256);
-    ADCTL_RETURN_IF_ERROR(a.Run());
+    ADCTL_RETURN_IF_ERROR(Execute(db_,
+                                  "INSERT INTO attempts (job_id, attempt, world_size, devices, "
+                                  "started_at, token_sha256) VALUES (?,?,?,?,?,?)",
+                                  id, *c.attempt, j.gpus, JoinDevices(j.devices), now,
+                                  c.attempt_token_sha256));
   }
 
   EventRecord e;
@@ -400,10 +395,8 @@ Result<JobRecord> Store::SetPriority(const std::string& id, int priority,
     return FailedPrecondition("job " + id + " is " + JobStateName(job->state) +
                               "; an ended job has no priority to change");
   }
-  Stmt u(db_, "UPDATE jobs SET priority=?, spec_yaml=? WHERE id=?");
-  ADCTL_RETURN_IF_ERROR(u.prepare_status());
-  u.Bind(priority).Bind(spec_yaml).Bind(id);
-  ADCTL_RETURN_IF_ERROR(u.Run());
+  ADCTL_RETURN_IF_ERROR(
+      Execute(db_, "UPDATE jobs SET priority=?, spec_yaml=? WHERE id=?", priority, spec_yaml, id));
   EventRecord e;
   e.job_id = id;
   e.attempt = job->attempt;
@@ -458,10 +451,8 @@ Result<AttemptRecord> Store::GetAttempt(const std::string& job_id, int attempt) 
 Status Store::SetAttemptClusterJob(const std::string& job_id, int attempt,
                                    const std::string& cluster_job) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "UPDATE attempts SET cluster_job=? WHERE job_id=? AND attempt=?");
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(cluster_job).Bind(job_id).Bind(attempt);
-  return s.Run();
+  return Execute(db_, "UPDATE attempts SET cluster_job=? WHERE job_id=? AND attempt=?", cluster_job,
+                 job_id, attempt);
 }
 
 }  // namespace adctl

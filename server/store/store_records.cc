@@ -15,6 +15,7 @@ namespace adctl {
 
 namespace {
 
+using store_internal::Execute;
 using store_internal::Query;
 using store_internal::QueryRow;
 using store_internal::Stmt;
@@ -82,45 +83,37 @@ MetricRecord ReadMetric(const Stmt& s, const std::string& job_id) {
 
 Status Store::UpsertRank(const RankRecord& r) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO ranks (job_id, attempt, rank, pgid, pgid_start_time, "
-         "worker_pid, host, device, exited, exit_code, exit_signal, last_heartbeat) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(r.job_id).Bind(r.attempt).Bind(r.rank).Bind(r.pgid);
-  s.Bind(static_cast<int64_t>(r.pgid_start_time)).Bind(r.worker_pid).Bind(r.host).Bind(r.device);
-  s.Bind(r.exited ? 1 : 0).Bind(r.exit_code).Bind(r.exit_signal).Bind(r.last_heartbeat);
-  return s.Run();
+  return Execute(db_,
+                 "INSERT OR REPLACE INTO ranks (job_id, attempt, rank, pgid, pgid_start_time, "
+                 "worker_pid, host, device, exited, exit_code, exit_signal, last_heartbeat) "
+                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                 r.job_id, r.attempt, r.rank, r.pgid, static_cast<int64_t>(r.pgid_start_time),
+                 r.worker_pid, r.host, r.device, r.exited ? 1 : 0, r.exit_code, r.exit_signal,
+                 r.last_heartbeat);
 }
 
 Status Store::RecordRankWorker(const std::string& job_id, int attempt, int rank, int worker_pid,
                                const std::string& host, double now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_,
-         "UPDATE ranks SET worker_pid=?, host=?, last_heartbeat=? "
-         "WHERE job_id=? AND attempt=? AND rank=?");
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(worker_pid).Bind(host).Bind(now).Bind(job_id).Bind(attempt).Bind(rank);
-  return s.Run();
+  return Execute(db_,
+                 "UPDATE ranks SET worker_pid=?, host=?, last_heartbeat=? "
+                 "WHERE job_id=? AND attempt=? AND rank=?",
+                 worker_pid, host, now, job_id, attempt, rank);
 }
 
 Status Store::RecordHeartbeat(const std::string& job_id, int attempt, int rank, double now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_, "UPDATE ranks SET last_heartbeat=? WHERE job_id=? AND attempt=? AND rank=?");
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(now).Bind(job_id).Bind(attempt).Bind(rank);
-  return s.Run();
+  return Execute(db_, "UPDATE ranks SET last_heartbeat=? WHERE job_id=? AND attempt=? AND rank=?",
+                 now, job_id, attempt, rank);
 }
 
 Status Store::RecordRankExit(const std::string& job_id, int attempt, int rank, int exit_code,
                              int exit_signal) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt s(db_,
-         "UPDATE ranks SET exited=1, exit_code=?, exit_signal=? "
-         "WHERE job_id=? AND attempt=? AND rank=?");
-  ADCTL_RETURN_IF_ERROR(s.prepare_status());
-  s.Bind(exit_code).Bind(exit_signal).Bind(job_id).Bind(attempt).Bind(rank);
-  return s.Run();
+  return Execute(db_,
+                 "UPDATE ranks SET exited=1, exit_code=?, exit_signal=? "
+                 "WHERE job_id=? AND attempt=? AND rank=?",
+                 exit_code, exit_signal, job_id, attempt, rank);
 }
 
 Result<std::vector<RankRecord>> Store::ListRanks(const std::string& job_id, int attempt) {
@@ -398,10 +391,8 @@ Status Store::AddSamples(const std::vector<SampleRecord>& samples) {
   }
   for (const auto& [job_id, whole] : grid) seconds[job_id] = whole;
   for (const auto& [job_id, total] : seconds) {
-    Stmt s(db_, "UPDATE jobs SET validation_seconds=? WHERE id=?");
-    ADCTL_RETURN_IF_ERROR(s.prepare_status());
-    s.Bind(total).Bind(job_id);
-    ADCTL_RETURN_IF_ERROR(s.Run());
+    ADCTL_RETURN_IF_ERROR(
+        Execute(db_, "UPDATE jobs SET validation_seconds=? WHERE id=?", total, job_id));
   }
   return txn.Commit();
 }
