@@ -75,6 +75,12 @@ class Stmt {
     auto r = Step();
     return r.ok() ? Status::Ok() : r.status();
   }
+  // Ready to bind and run again (a batch of rows through one prepared statement).
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    index_ = 0;
+  }
 
   // The current row's value in the column named `column`.
   int64_t Int(std::string_view column) const {

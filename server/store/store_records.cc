@@ -224,30 +224,25 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
     return "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, eval_by_timestep" + columns +
            ") VALUES (?,?,?,?" + params + ")";
   }();
+  // One prepared statement for the batch's rows.
+  Stmt s(db_, insert);
+  ADCTL_RETURN_IF_ERROR(s.prepare_status());
   for (const MetricRecord& m : points) {
-    Stmt s(db_, insert);
-    ADCTL_RETURN_IF_ERROR(s.prepare_status());
+    s.Reset();
     s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank).Bind(EvalByTimestepJson(m.eval_by_timestep));
     ForEachMetricValue(m, [&](const char*, const auto& v) { s.Bind(v); });
     ADCTL_RETURN_IF_ERROR(s.Run());
-    if (m.rank == 0) {
-      Stmt p(db_,
-             "UPDATE jobs SET step=?, total_steps=?, loss=?, clips_per_second=?, step_seconds=?, "
-             "progress_updated_at=?, mfu_ratio=? WHERE id=?");
-      ADCTL_RETURN_IF_ERROR(p.prepare_status());
-      p.Bind(m.step).Bind(m.total_steps).Bind(m.loss).Bind(m.clips_per_second);
-      p.Bind(m.step_seconds).Bind(m.time).Bind(m.mfu_ratio).Bind(m.job_id);
-      ADCTL_RETURN_IF_ERROR(p.Run());
-      Stmt lr(db_, "UPDATE jobs SET learning_rate=? WHERE id=?");
-      ADCTL_RETURN_IF_ERROR(lr.prepare_status());
-      lr.Bind(m.learning_rate).Bind(m.job_id);
-      ADCTL_RETURN_IF_ERROR(lr.Run());
-      if (m.eval_loss >= 0) {
-        Stmt e(db_, "UPDATE jobs SET eval_loss=?, eval_step=? WHERE id=?");
-        ADCTL_RETURN_IF_ERROR(e.prepare_status());
-        e.Bind(m.eval_loss).Bind(m.step).Bind(m.job_id);
-        ADCTL_RETURN_IF_ERROR(e.Run());
-      }
+    if (m.rank != 0) continue;
+    // Rank 0's point is the job's progress; an eval loss only when the point carries one.
+    ADCTL_RETURN_IF_ERROR(
+        Execute(db_,
+                "UPDATE jobs SET step=?, total_steps=?, loss=?, clips_per_second=?, "
+                "step_seconds=?, progress_updated_at=?, mfu_ratio=?, learning_rate=? WHERE id=?",
+                m.step, m.total_steps, m.loss, m.clips_per_second, m.step_seconds, m.time,
+                m.mfu_ratio, m.learning_rate, m.job_id));
+    if (m.eval_loss >= 0) {
+      ADCTL_RETURN_IF_ERROR(Execute(db_, "UPDATE jobs SET eval_loss=?, eval_step=? WHERE id=?",
+                                    m.eval_loss, m.step, m.job_id));
     }
   }
   return txn.Commit();
