@@ -1,10 +1,14 @@
-// What job_spec.cc (parsing, emission) and job_spec_validate.cc (ValidateJobSpec) share. Not
-// for use outside those two files.
+// What job_spec.cc (parsing, emission), job_spec_tree.cc (the YAML tree) and
+// job_spec_validate.cc (ValidateJobSpec) share. Not for use outside those files.
 #pragma once
+
+#include <yaml-cpp/yaml.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/job_spec.h"
@@ -51,5 +55,26 @@ Status CheckBound(const char* path, double value, const Bound& bound);
 
 // The first field outside a bound on its ForEachField line; Ok when there is none.
 Status CheckFieldBounds(const JobSpec& spec);
+
+// ---- The YAML tree (job_spec_tree.cc) ----------------------------------------------------------
+
+// "train.betas": the pair train.beta1/beta2 as one list, a path of its own.
+constexpr const char* kBetas = "train.betas";
+// Every dotted path the parser accepts: the struct fields plus kBetas (job_spec.cc).
+const std::set<std::string>& KnownPaths();
+// "train" and the other top-level mappings; "model.lora" and the mappings one level further.
+bool IsSection(const std::string& key);
+bool IsSubsection(const std::string& path);
+// "null", "'text'", "a sequence", "a mapping": what a node is, for messages.
+std::string Describe(const YAML::Node& node);
+// "unknown field 'train.lrr' (did you mean 'train.lr'?)".
+Status UnknownField(const std::string& path);
+// The YAML of `text`; an error naming `what` and the line and column otherwise.
+Result<YAML::Node> LoadYaml(const std::string& text, const std::string& what);
+// Applies one "a.b=value" override to the tree (root is a mapping).
+Status ApplyOverride(YAML::Node& root, const std::string& override_text);
+// Checks the tree's shape (mappings, known keys, no duplicates) and flattens it to dotted
+// path → node.
+Status Flatten(const YAML::Node& root, std::map<std::string, YAML::Node>* flat);
 
 }  // namespace adctl::job_spec_internal
