@@ -77,8 +77,8 @@ class LauncherPlugin {
   // Registers its flags on adctld's command line ("--slurm-partition"; in adctld.yaml a
   // `slurm:` section holds them without the prefix).
   virtual void AddFlags(CLI::App* app) { (void)app; }
-  // The flag that turns it on ("--slurm"), which a `<name>:` section of adctld.yaml sets too;
-  // "" when it is always on.
+  // The flag that turns it on, `--<name>` ("--slurm"; a `<name>:` section of adctld.yaml sets
+  // it too); "" when it is always on.
   virtual std::string EnableFlag() const { return ""; }
   // Whether the flags turned it on.
   virtual bool Enabled() const { return true; }
