@@ -16,7 +16,7 @@ void AddAdctldFlags(CLI::App* app, AdctldFlags* f) {
   std::vector<std::string> launcher_names, enabling_sections;
   for (const auto& plugin : f->launcher_plugins) {
     launcher_names.push_back(plugin->name());
-    if (!plugin->EnableFlag().empty()) enabling_sections.push_back(plugin->name());
+    if (plugin->HasEnableFlag()) enabling_sections.push_back(plugin->name());
   }
   app->config_formatter(std::make_shared<YamlConfig>(enabling_sections));
   app->allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error

@@ -82,9 +82,8 @@ Result<std::vector<std::unique_ptr<Launcher>>> StartLaunchers(
   std::vector<std::unique_ptr<Launcher>> started;
   for (const auto& plugin : plugins) {
     if (!plugin->Enabled() && plugin->kind() != default_kind) {
-      const std::string flag = plugin->EnableFlag();
-      launchers->AddUnavailable(plugin->kind(), "start adctld with " + flag + ", or a `" +
-                                                    plugin->name() +
+      launchers->AddUnavailable(plugin->kind(), "start adctld with " + plugin->EnableFlag() +
+                                                    ", or a `" + plugin->name() +
                                                     ":` section in its --config file");
       continue;
     }

@@ -77,9 +77,10 @@ class LauncherPlugin {
   // Registers its flags on adctld's command line ("--slurm-partition"; in adctld.yaml a
   // `slurm:` section holds them without the prefix).
   virtual void AddFlags(CLI::App* app) { (void)app; }
-  // The flag that turns it on, `--<name>` ("--slurm"; a `<name>:` section of adctld.yaml sets
-  // it too); "" when it is always on.
-  virtual std::string EnableFlag() const { return ""; }
+  // Whether a flag turns it on (else it is always on). That flag is EnableFlag().
+  virtual bool HasEnableFlag() const { return false; }
+  // `--<name>` ("--slurm"; a `<name>:` section of adctld.yaml sets it too); "" when always on.
+  std::string EnableFlag() const { return HasEnableFlag() ? "--" + name() : ""; }
   // Whether the flags turned it on.
   virtual bool Enabled() const { return true; }
   // Creates the launcher from its flags and checks it can work (Slurm answers); an error,

@@ -534,11 +534,11 @@ namespace {
 class SlurmPlugin : public LauncherPlugin {
  public:
   LauncherKind kind() const override { return LauncherKind::kSlurm; }
-  std::string EnableFlag() const override { return "--slurm"; }
+  bool HasEnableFlag() const override { return true; }
   bool Enabled() const override { return options_.enabled; }
 
   void AddFlags(CLI::App* app) override {
-    app->add_flag("--slurm", options_.enabled,
+    app->add_flag(EnableFlag(), options_.enabled,
                   "enable the slurm launcher (each attempt one Slurm batch job; README \"Scaling "
                   "out\")");
     app->add_option("--slurm-account", options_.account, "default sbatch --account");
