@@ -139,8 +139,9 @@ Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
                            "preprocess.output), and no queued or running preprocess job writes it");
   };
   if (spec.data.kind == DataKind::kLatents && !preprocess) {
-    // data.path, or each of data.sources: it exists, its frames agree with data.frames (when
-    // set), the motion modules and the other sources, and its pixel size with the others'.
+    // data.path, or each of data.sources: it exists, and its frames agree with data.frames (when
+    // set) and the motion modules. Sources of other frames or pixel sizes are shape buckets of
+    // one run (the worker checks that they agree on latent channels and text states).
     std::vector<std::pair<std::string, std::string>> caches;  // (field, path)
     if (spec.data.sources.empty()) {
       caches.emplace_back("data.path", spec.data.path);
@@ -150,8 +151,6 @@ Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
                             spec.data.sources[i].path);
       }
     }
-    std::optional<CacheSettings> first;
-    std::string first_field;
     for (const auto& [field, path] : caches) {
       ADCTL_RETURN_IF_ERROR(check_cache(field.c_str(), path));
       const std::optional<CacheSettings> settings = ReadCacheSettings(path);
@@ -168,23 +167,6 @@ Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
               field + ": the cache in " + path + " holds clips of " + std::to_string(*frames) +
               " frames; the motion modules hold at most " + std::to_string(*limit));
         }
-      }
-      if (!first) {
-        first = settings;
-        first_field = field;
-        continue;
-      }
-      if (settings->frames && first->frames && *settings->frames != *first->frames) {
-        return InvalidArgument(field + ": the cache in " + path + " holds clips of " +
-                               std::to_string(*settings->frames) + " frames, " + first_field +
-                               "'s of " + std::to_string(*first->frames) +
-                               " (the sources of a mix must agree on frames)");
-      }
-      if (settings->size && first->size && *settings->size != *first->size) {
-        return InvalidArgument(
-            field + ": the cache in " + path + " was made at " + settings->size->first + "x" +
-            settings->size->second + " pixels, " + first_field + "'s at " + first->size->first +
-            "x" + first->size->second + " (the sources of a mix must agree on the latent size)");
       }
     }
   }

@@ -157,5 +157,91 @@ TEST(DistributedSamplerTest, AGlobalBatchLargerThanTheDatasetIsAnError) {
   EXPECT_THROW(DistributedSampler(10, 4, 4, 0), std::invalid_argument);
 }
 
+// ---- Shape buckets -----------------------------------------------------------------------------
+
+// 3 buckets interleaved over the dataset: index i is in bucket i % 3 for the first 45 indices,
+// then 13 more of bucket 1 (bucket sizes 15, 28, 15).
+std::vector<int> ThreeBuckets() {
+  std::vector<int> buckets;
+  for (int i = 0; i < 45; ++i) buckets.push_back(i % 3);
+  for (int i = 0; i < 13; ++i) buckets.push_back(1);
+  return buckets;
+}
+
+std::vector<DistributedSampler> BucketRanks(int world_size, uint64_t seed) {
+  std::vector<DistributedSampler> ranks;
+  for (int r = 0; r < world_size; ++r) ranks.emplace_back(ThreeBuckets(), r, world_size, seed);
+  return ranks;
+}
+
+TEST(BucketSamplerTest, EveryGlobalBatchIsOfOneBucketAndEachBucketsClipsComeOnceAnEpoch) {
+  const std::vector<int> bucket_of = ThreeBuckets();
+  auto ranks = BucketRanks(2, 4);
+  EXPECT_EQ(ranks[0].bucket_sizes(), (std::vector<int64_t>{15, 28, 15}));
+  // Global batch 6: buckets give 2 + 4 + 2 = 8 batches (48 positions); the tails are dropped.
+  std::set<int64_t> seen;
+  std::vector<int> step_buckets;
+  for (int step = 0; step < 8; ++step) {
+    const auto a = ranks[0].Next(3);
+    const auto b = ranks[1].Next(3);
+    EXPECT_EQ(ranks[0].last_bucket(), ranks[1].last_bucket()) << "the ranks agree, unasked";
+    step_buckets.push_back(ranks[0].last_bucket());
+    for (const auto& drawn : {a, b}) {
+      for (int64_t index : drawn) {
+        EXPECT_EQ(bucket_of[static_cast<size_t>(index)], ranks[0].last_bucket());
+        EXPECT_TRUE(seen.insert(index).second) << "clip " << index << " twice in epoch 0";
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 48u);
+  EXPECT_EQ(std::count(step_buckets.begin(), step_buckets.end(), 0), 2);
+  EXPECT_EQ(std::count(step_buckets.begin(), step_buckets.end(), 1), 4);
+  EXPECT_EQ(std::count(step_buckets.begin(), step_buckets.end(), 2), 2);
+  EXPECT_NE(step_buckets, (std::vector<int>{0, 0, 1, 1, 1, 1, 2, 2})) << "the buckets mix";
+  EXPECT_EQ(ranks[0].state().position, 48);
+  ranks[0].Next(3);
+  EXPECT_EQ(ranks[0].state().epoch, 1);
+  EXPECT_EQ(ranks[0].GlobalPosition(0), 48);  // epoch 1 starts at the epoch's length
+}
+
+TEST(BucketSamplerTest, OneRankTwoRanksAndAResumedRunDrawTheSameBatches) {
+  auto one = BucketRanks(1, 8);
+  const auto expected = GlobalSequence(one, 6, 20);  // 2.5 epochs of 8 batches
+  auto two = BucketRanks(2, 8);
+  EXPECT_EQ(GlobalSequence(two, 3, 20), expected);
+
+  auto before = BucketRanks(2, 8);
+  auto sequence = GlobalSequence(before, 3, 11);  // into epoch 1
+  const DistributedSampler::State saved = before[1].state();
+  auto after = BucketRanks(1, 8);
+  ASSERT_TRUE(after[0].Restore(saved).ok());
+  const auto rest = GlobalSequence(after, 6, 9);
+  sequence.insert(sequence.end(), rest.begin(), rest.end());
+  EXPECT_EQ(sequence, expected);
+
+  auto other_seed = BucketRanks(1, 9);
+  EXPECT_NE(GlobalSequence(other_seed, 6, 20), expected);
+}
+
+TEST(BucketSamplerTest, OneBucketIsThePlainRuleAndABatchTooLargeForEveryBucketIsAnError) {
+  DistributedSampler plain(10, 0, 1, 42);
+  DistributedSampler one_bucket(std::vector<int>(10, 0), 0, 1, 42);
+  EXPECT_EQ(one_bucket.Next(10), plain.Next(10));
+
+  EXPECT_TRUE(DistributedSampler::CheckFits({15, 28, 15}, 4, 7).ok());  // bucket 1 holds 28
+  const Status too_large = DistributedSampler::CheckFits({15, 28, 15}, 4, 8);
+  EXPECT_EQ(too_large.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_large.message().find("fits in none of the 3 shape buckets"), std::string::npos)
+      << too_large.message();
+  auto ranks = BucketRanks(4, 0);
+  EXPECT_THROW(ranks[0].Next(8), std::invalid_argument);
+  // A global batch of 16 fits only bucket 1: its one batch an epoch is every step's.
+  for (int step = 0; step < 3; ++step) {
+    ranks[0].Next(4);
+    EXPECT_EQ(ranks[0].last_bucket(), 1);
+    EXPECT_EQ(ranks[0].state().epoch, step);
+  }
+}
+
 }  // namespace
 }  // namespace adctl

@@ -21,13 +21,14 @@ using ::testing::HasSubstr;
 constexpr int64_t kChannels = 4;
 constexpr int64_t kTextDim = 8;
 
-std::shared_ptr<const LatentDataset> Synthetic(int64_t clips, int64_t seed, int64_t frames = 4) {
+std::shared_ptr<const LatentDataset> Synthetic(int64_t clips, int64_t seed, int64_t frames = 4,
+                                               int64_t text_len = 2) {
   DataSpec d;
   d.num_samples = clips;
   d.seed = seed;
   d.frames = frames;
   d.height = d.width = 4;
-  d.text_len = 2;
+  d.text_len = text_len;
   auto opened = OpenLatentDataset(d, kChannels, kTextDim);
   EXPECT_TRUE(opened.ok());
   return std::move(*opened);
@@ -150,12 +151,41 @@ TEST(SourceMixTest, OneAndTwoRanksAndAResumedRunDrawTheSameClips) {
       torch::equal(mix->DrawAt(999, 2, gen_a, 0).latents, source->Draw(p.clip, gen_b, 0).latents));
 }
 
-TEST(SourceMixTest, SourcesOfAnotherShapeAreRefused) {
+TEST(SourceMixTest, SourcesOfAnotherFrameCountAreShapeBucketsOfTheirOwn) {
+  auto mix = Mix({{Synthetic(10, 1), "/a", 0, 1},
+                  {Synthetic(10, 2, 8), "/b", 0, 2},
+                  {Synthetic(5, 3), "/c", 0, 1}});
+  ASSERT_EQ(mix->buckets(), 2);
+  EXPECT_EQ(mix->bucket_shape(0).frames, 4);
+  EXPECT_EQ(mix->bucket_shape(1).frames, 8);
+  // Slots [0, 10) are /a's, [10, 30) /b's, [30, 35) /c's: /a and /c share a bucket.
+  for (int64_t i = 0; i < mix->size(); ++i) {
+    EXPECT_EQ(mix->bucket(i), i >= 10 && i < 30 ? 1 : 0) << "slot " << i;
+    auto gen = at::detail::createCPUGenerator(0);
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {  // a slot's clip changes, its shape does not
+      EXPECT_EQ(mix->DrawAt(i, epoch, gen, 0).latents.size(1),
+                mix->bucket_shape(mix->bucket(i)).frames);
+    }
+  }
+  EXPECT_THAT(mix->Describe(), HasSubstr("/b (10 clips of 8x4x4, repeats 2: 57.1 % of the draws)"));
+  EXPECT_EQ(ClipBuckets(*mix).size(), 35u);
+
+  // The eval hold-out of such a mix keeps each clip's bucket.
+  ConcatDataset held(
+      {std::make_shared<SubsetDataset>(Synthetic(10, 2, 8), std::vector<int64_t>{3}),
+       std::make_shared<SubsetDataset>(Synthetic(10, 1), std::vector<int64_t>{1, 2})});
+  ASSERT_EQ(held.buckets(), 2);
+  EXPECT_EQ(held.bucket(0), 0);
+  EXPECT_EQ(held.bucket(2), 1);
+  EXPECT_EQ(held.bucket_shape(0).frames, 8);
+}
+
+TEST(SourceMixTest, SourcesOfAnotherTextShapeAreRefused) {
   auto mix =
-      SourceMix::Create({{Synthetic(10, 1), "/a", 1, 0}, {Synthetic(10, 2, 8), "/b", 1, 0}}, 0);
+      SourceMix::Create({{Synthetic(10, 1), "/a", 1, 0}, {Synthetic(10, 2, 8, 3), "/b", 1, 0}}, 0);
   ASSERT_FALSE(mix.ok());
   EXPECT_THAT(mix.status().message(),
-              HasSubstr("data.sources[1]: /b holds clips of latents [4, 8, 4, 4], text [2, 8], "
+              HasSubstr("data.sources[1]: /b holds clips of latents [4, 8, 4, 4], text [3, 8], "
                         "data.sources[0] (/a) latents [4, 4, 4, 4], text [2, 8]"));
 }
 

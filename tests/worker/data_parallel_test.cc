@@ -126,6 +126,44 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankOnAWeightedMixOfCaches) {
   }
 }
 
+// Shape buckets (caches of two frame counts): the bucket of each step follows from the
+// position, so 2 ranks of batch 2 agree on it without a word and train what 1 rank of batch 4
+// trains.
+TEST_F(DataParallelTest, TwoRanksEqualOneRankOverShapeBuckets) {
+  DataSpec a;
+  a.num_samples = 12;
+  a.frames = 4;
+  a.height = a.width = 8;
+  a.text_len = 4;
+  DataSpec b = a;
+  b.seed = 9;
+  b.num_samples = 8;
+  b.frames = 6;
+  ASSERT_TRUE(WriteSyntheticShards(a, 4, 32, (root_ / "cache-a").string(), 4).ok());
+  ASSERT_TRUE(WriteSyntheticShards(b, 4, 32, (root_ / "cache-b").string(), 4).ok());
+  const std::string mix = "data.sources=[{path: " + (root_ / "cache-a").string() +
+                          "}, {path: " + (root_ / "cache-b").string() + "}]";
+  const std::vector<std::string> latents = {"--set", "data.kind=latents", "--set", mix,
+                                            "--set", "train.max_steps=6"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), latents.begin(), latents.end());
+    return extra;
+  };
+  const pid_t one = Spawn(Args("one", 0, 1, with({"--set", "train.batch_size=4"})), Log("one"));
+  ASSERT_EQ(WaitFor(one, std::chrono::seconds(240)), kExitOk);
+  const pid_t r0 = Spawn(Args("two", 0, 2, with({})), Log("two-0"));
+  const pid_t r1 = Spawn(Args("two", 1, 2, with({})), Log("two-1"));
+  ASSERT_EQ(WaitFor(r0, std::chrono::seconds(240)), kExitOk);
+  ASSERT_EQ(WaitFor(r1, std::chrono::seconds(60)), kExitOk);
+  const auto single = Losses((root_ / "one-0.jsonl").string());
+  const auto rank0 = Losses((root_ / "two-0.jsonl").string());
+  ASSERT_EQ(single.size(), 6u);  // 5 batches an epoch (3 of 4 frames, 2 of 6): into epoch 1
+  ASSERT_EQ(rank0.size(), 6u);
+  for (const auto& [step, loss] : single) {
+    EXPECT_NEAR(rank0.at(step), loss, 1e-5 * std::max(1.0, loss)) << "step " << step;
+  }
+}
+
 // SIGTERM before the training loop (here: waiting at the rendezvous for a rank that never
 // comes) ends the rank at once with kExitStopped, instead of holding its device for the grace
 // period adctld gives a training rank to checkpoint.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -245,17 +246,68 @@ TEST_F(TrainerTest, AWeightedMixOfCachesResumesOnTheSameLossCurve) {
     EXPECT_NEAR(loss, full.losses.at(step), 1e-6 * std::max(1.0, std::abs(loss)))
         << "step " << step;
   }
-  // Another frame count in the second cache: refused before training, naming the source.
-  other.frames = 6;
+  // Other text states in the second cache: refused before training, naming the source.
+  other.text_len = 6;
   ASSERT_TRUE(WriteSyntheticShards(other, 4, 32, (root_ / "c").string(), 5).ok());
   spec.data.sources[1].path = (root_ / "c").string();
   RecordingReporter bad;
   EXPECT_EQ(Train(spec, "bad", &bad), kExitBadSpec);
   ASSERT_FALSE(bad.events.empty());
   EXPECT_NE(bad.events.back().find("data.sources[1]: " + spec.data.sources[1].path +
-                                   " holds clips of latents [4, 6, 8, 8]"),
+                                   " holds clips of latents [4, 4, 8, 8], text [6, 32]"),
             std::string::npos)
       << bad.events.back();
+}
+
+// Shape buckets (issue 32 item 4): caches of other frame counts and latent sizes are buckets of
+// one run. Every batch is of one bucket, the start-up says which buckets there are, a paused run
+// resumes on the same loss curve, and a batch too large for every bucket is a bad spec.
+TEST_F(TrainerTest, CachesOfSeveralShapesTrainAsBucketsAndResumeOnTheSameLossCurve) {
+  auto spec = Spec({"train.max_steps=8"});
+  auto longer = spec.data;
+  longer.seed = 5;
+  longer.num_samples = 10;
+  longer.frames = 6;
+  auto wider = spec.data;
+  wider.seed = 6;
+  wider.num_samples = 3;  // one batch of 2 an epoch, its third clip dropped
+  wider.width = 16;
+  ASSERT_TRUE(WriteSyntheticShards(spec.data, 4, 32, (root_ / "a").string(), 5).ok());
+  ASSERT_TRUE(WriteSyntheticShards(longer, 4, 32, (root_ / "b").string(), 5).ok());
+  ASSERT_TRUE(WriteSyntheticShards(wider, 4, 32, (root_ / "c").string(), 5).ok());
+  spec.data.kind = DataKind::kLatents;
+  spec.data.sources = {{(root_ / "a").string(), 0, 1},
+                       {(root_ / "b").string(), 0, 1},
+                       {(root_ / "c").string(), 0, 1}};
+  RecordingReporter full;
+  ASSERT_EQ(Train(spec, "full", &full), kExitOk) << (full.events.empty() ? "" : full.events.back());
+  const auto said = [&](const RecordingReporter& r, const std::string& what) {
+    return std::any_of(r.events.begin(), r.events.end(),
+                       [&](const auto& e) { return e.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(said(full,
+                   "data: 3 shape buckets (frames x latent height x width), each batch of "
+                   "one: 4x8x8 (16 clips, 8 global batches an epoch), 6x8x8 (10 clips, 5 "
+                   "global batches an epoch), 4x8x16 (3 clips, 1 global batches an epoch)"));
+  EXPECT_EQ(full.losses.size(), 8u);
+  for (const auto& [step, loss] : full.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+
+  RecordingReporter first, second;
+  first.stop_after = 3;
+  ASSERT_EQ(Train(spec, "resumed", &first), kExitStopped);
+  ASSERT_EQ(Train(spec, "resumed", &second), kExitOk);
+  ASSERT_EQ(second.losses.size(), 5u);
+  for (const auto& [step, loss] : second.losses) {
+    EXPECT_NEAR(loss, full.losses.at(step), 1e-6 * std::max(1.0, std::abs(loss)))
+        << "step " << step;
+  }
+
+  // A batch of 17 fits in none of the buckets.
+  spec.train.batch_size = 17;
+  RecordingReporter too_large;
+  EXPECT_EQ(Train(spec, "too-large", &too_large), kExitBadSpec);
+  EXPECT_TRUE(said(too_large, "fits in none of the 3 shape buckets (the largest holds 16"))
+      << too_large.events.back();
 }
 
 // A loss that turns NaN (issue 31 item 7) ends the rank with its own exit code, never retried,

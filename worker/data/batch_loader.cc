@@ -19,7 +19,8 @@ BatchLoader::~BatchLoader() {
 BatchLoader::HostBatch BatchLoader::DrawHostBatch() {
   const auto indices = sampler_.Next(options_.batch_size);
   std::vector<torch::Tensor> x0, text, noise, steps;
-  const auto& shape = dataset_.shape();
+  const int bucket = sampler_.last_bucket();  // the whole batch's shape
+  const LatentShape& shape = dataset_.bucket_shape(bucket);
   for (size_t i = 0; i < indices.size(); ++i) {
     // Noise, timestep, the latent draw and caption dropout depend only on the seed and the
     // sample's run-wide position.
@@ -28,13 +29,12 @@ BatchLoader::HostBatch BatchLoader::DrawHostBatch() {
                                               static_cast<uint64_t>(position));
     noise.push_back(torch::randn({shape.channels, shape.frames, shape.height, shape.width}, gen));
     steps.push_back(torch::randint(0, schedule_.num_train_timesteps(), {1}, gen, torch::kLong));
-    auto sample = dataset_.DrawAt(indices[i], position / sampler_.dataset_size(), gen,
-                                  options_.caption_dropout);
+    auto sample = dataset_.DrawAt(indices[i], sampler_.last_epoch(), gen, options_.caption_dropout);
     x0.push_back(sample.latents);
     text.push_back(sample.text);
   }
-  HostBatch h{torch::stack(x0), torch::stack(noise), torch::cat(steps), torch::stack(text),
-              sampler_.state()};
+  HostBatch h{torch::stack(x0),   torch::stack(noise), torch::cat(steps),
+              torch::stack(text), sampler_.state(),    bucket};
   if (options_.device.is_cuda()) {
     h.latents = h.latents.pin_memory();
     h.noise = h.noise.pin_memory();
@@ -53,6 +53,7 @@ Batch BatchLoader::Next() {
   consumed_ = h.sampler_after;
   Prefetch();
   Batch b;
+  b.bucket = h.bucket;
   auto latents = h.latents.to(options_.device, /*non_blocking=*/true);
   auto eps = h.noise.to(options_.device, /*non_blocking=*/true);
   b.timesteps = h.timesteps.to(options_.device);

@@ -28,6 +28,7 @@ struct Batch {
   torch::Tensor timesteps;  // [B] int64
   torch::Tensor text;       // text states, compute dtype
   torch::Tensor target;     // ε, or v with v-prediction (fp32)
+  int bucket = 0;           // the dataset's shape bucket all its clips are of
 };
 
 struct BatchOptions {
@@ -61,6 +62,7 @@ class BatchLoader {
   struct HostBatch {
     torch::Tensor latents, noise, timesteps, text;
     DistributedSampler::State sampler_after;
+    int bucket = 0;
   };
 
   HostBatch DrawHostBatch();

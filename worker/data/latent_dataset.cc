@@ -15,6 +15,19 @@ std::string LatentShape::ToString() const {
          std::to_string(text_len) + ", " + std::to_string(text_dim) + "]";
 }
 
+std::vector<int> ClipBuckets(const LatentDataset& dataset) {
+  std::vector<int> buckets;
+  if (dataset.buckets() <= 1) return buckets;
+  buckets.reserve(static_cast<size_t>(dataset.size()));
+  for (int64_t i = 0; i < dataset.size(); ++i) buckets.push_back(dataset.bucket(i));
+  return buckets;
+}
+
+std::string BucketName(const LatentShape& shape) {
+  return std::to_string(shape.frames) + "x" + std::to_string(shape.height) + "x" +
+         std::to_string(shape.width);
+}
+
 namespace {
 
 class SyntheticDataset : public LatentDataset {

@@ -60,7 +60,24 @@ class LatentDataset {
   }
   // Whether Draw can swap in an empty caption (the source stores its text state).
   virtual bool has_empty_caption() const { return false; }
+
+  // Shape buckets: the distinct shapes of the clips (one: shape()) and each clip's, the same
+  // every epoch. The sampler draws every batch from one bucket (worker/data/sampler.h).
+  virtual int buckets() const { return 1; }
+  virtual int bucket(int64_t index) const {
+    (void)index;
+    return 0;
+  }
+  virtual const LatentShape& bucket_shape(int b) const {
+    (void)b;
+    return shape();
+  }
 };
+
+// Each clip's bucket (DistributedSampler's bucketed constructor), or empty with one bucket.
+std::vector<int> ClipBuckets(const LatentDataset& dataset);
+// "16x64x64": frames × latent height × width, the name of a bucket in metrics and events.
+std::string BucketName(const LatentShape& shape);
 
 // Opens `spec.data` (synthetic, or the latents at data.path; a mix of data.sources is opened by
 // OpenTrainingData, worker/data/sources.h). `text_dim` is the model's cross-attention width

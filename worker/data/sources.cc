@@ -7,14 +7,28 @@
 #include "worker/data/sampler.h"
 
 namespace adctl {
-namespace {
 
 bool SameShape(const LatentShape& a, const LatentShape& b) {
-  return a.channels == b.channels && a.frames == b.frames && a.height == b.height &&
-         a.width == b.width && a.text_len == b.text_len && a.text_dim == b.text_dim;
+  return SameChannelsAndText(a, b) && a.frames == b.frames && a.height == b.height &&
+         a.width == b.width;
 }
 
-}  // namespace
+bool SameChannelsAndText(const LatentShape& a, const LatentShape& b) {
+  return a.channels == b.channels && a.text_len == b.text_len && a.text_dim == b.text_dim;
+}
+
+size_t ShapeBuckets::Add(const LatentDataset& d) {
+  std::vector<int> numbers;
+  for (int b = 0; b < d.buckets(); ++b) {
+    const LatentShape& s = d.bucket_shape(b);
+    const auto it = std::find_if(shapes_.begin(), shapes_.end(),
+                                 [&](const LatentShape& known) { return SameShape(known, s); });
+    numbers.push_back(static_cast<int>(it - shapes_.begin()));
+    if (it == shapes_.end()) shapes_.push_back(s);
+  }
+  map_.push_back(std::move(numbers));
+  return map_.size() - 1;
+}
 
 HoldoutSplit SplitHoldout(int64_t dataset_size, int64_t count, uint64_t seed) {
   HoldoutSplit split;
@@ -61,7 +75,15 @@ std::vector<int64_t> SplitByWeight(int64_t total, const std::vector<double>& wei
 
 ConcatDataset::ConcatDataset(std::vector<std::shared_ptr<const LatentDataset>> parts)
     : parts_(std::move(parts)), offsets_{0} {
-  for (const auto& p : parts_) offsets_.push_back(offsets_.back() + p->size());
+  for (const auto& p : parts_) {
+    offsets_.push_back(offsets_.back() + p->size());
+    buckets_.Add(*p);
+  }
+}
+
+int ConcatDataset::bucket(int64_t index) const {
+  const size_t p = Part(index);
+  return buckets_.map()[p][static_cast<size_t>(parts_[p]->bucket(index - offsets_[p]))];
 }
 
 size_t ConcatDataset::Part(int64_t index) const {
@@ -91,12 +113,17 @@ Result<std::unique_ptr<SourceMix>> SourceMix::Create(std::vector<Source> sources
   const LatentShape& first = sources.front().clips->shape();
   for (size_t i = 0; i < sources.size(); ++i) {
     const LatentShape& s = sources[i].clips->shape();
-    if (!SameShape(s, first)) {
+    if (!SameChannelsAndText(s, first)) {
       return InvalidArgument("data.sources[" + std::to_string(i) + "]: " + sources[i].name +
                              " holds clips of " + s.ToString() + ", data.sources[0] (" +
                              sources[0].name + ") " + first.ToString() +
-                             ": the sources of a mix must agree on frames, latent size and text "
-                             "width");
+                             ": the sources of a mix must agree on latent channels and text "
+                             "states (frames and latent size may differ: shape buckets)");
+    }
+    if (sources[i].clips->buckets() > 1) {
+      return InvalidArgument("data.sources[" + std::to_string(i) + "]: " + sources[i].name +
+                             " holds clips of " + std::to_string(sources[i].clips->buckets()) +
+                             " shapes; a source of a mix must be of one shape");
     }
     if (sources[i].clips->size() == 0) {
       return InvalidArgument("data.sources[" + std::to_string(i) + "]: " + sources[i].name +
@@ -123,6 +150,13 @@ Result<std::unique_ptr<SourceMix>> SourceMix::Create(std::vector<Source> sources
 SourceMix::SourceMix(std::vector<Source> sources, std::vector<int64_t> slots, uint64_t seed)
     : sources_(std::move(sources)), offsets_{0}, seed_(seed), rounds_(sources_.size()) {
   for (int64_t n : slots) offsets_.push_back(offsets_.back() + n);
+  for (const Source& s : sources_) buckets_.Add(*s.clips);
+}
+
+int SourceMix::bucket(int64_t index) const {
+  const auto source = static_cast<size_t>(
+      std::upper_bound(offsets_.begin(), offsets_.end(), index) - offsets_.begin() - 1);
+  return buckets_.map()[source].front();
 }
 
 SourceMix::Place SourceMix::Locate(int64_t index, int64_t epoch) const {
@@ -172,8 +206,10 @@ std::string SourceMix::Describe() const {
                     static_cast<long long>(std::max<int64_t>(s.repeats, 1)),
                     100.0 * static_cast<double>(slots(i)) / static_cast<double>(size()));
     }
+    const std::string of =
+        buckets_.count() > 1 ? " of " + BucketName(s.clips->shape()) : std::string();
     out += std::string(i ? ";" : "") + " " + s.name + " (" + std::to_string(s.clips->size()) +
-           " clips, " + share + ")";
+           " clips" + of + ", " + share + ")";
   }
   return out;
 }
@@ -268,10 +304,10 @@ Result<TrainingData> OpenTrainingData(const JobSpec& spec, int64_t channels, int
     out.eval = std::move(*opened_eval);
     const LatentShape& a = out.train->shape();
     const LatentShape& b = out.eval->shape();
-    if (!SameShape(a, b)) {
+    if (!SameChannelsAndText(a, b)) {
       *spec_error = true;
       return InvalidArgument("eval.path: its clips are " + b.ToString() + ", the training data's " +
-                             a.ToString());
+                             a.ToString() + " (latent channels and text states must agree)");
     }
   }
   return out;

@@ -10,6 +10,10 @@
 // all drawn once before any is drawn again, however small its share, and the clip depends only
 // on (slot, epoch): 1 or N ranks and a resumed run draw the same clips (worker/data/sampler.h).
 //
+// Sources whose clips differ in frames or latent size are shape buckets: slot k's bucket is its
+// source's, the same every epoch, and the sampler draws each batch from one bucket. They must
+// agree on the latent channels and the text states.
+//
 // The hold-out (`eval.holdout_clips`) is taken from every source in proportion to its clips,
 // each part drawn by eval.seed (SplitHoldout), and never trained on.
 // Thread-compatible; the datasets' const methods may run on several threads.
@@ -52,13 +56,36 @@ class SubsetDataset : public LatentDataset {
     return base_->Draw(indices_.at(index), gen, caption_dropout);
   }
   bool has_empty_caption() const override { return base_->has_empty_caption(); }
+  int buckets() const override { return base_->buckets(); }
+  int bucket(int64_t index) const override { return base_->bucket(indices_.at(index)); }
+  const LatentShape& bucket_shape(int b) const override { return base_->bucket_shape(b); }
 
  private:
   std::shared_ptr<const LatentDataset> base_;
   std::vector<int64_t> indices_;
 };
 
-// Datasets of one shape one after another (the eval hold-out of a mix).
+// The distinct shapes of several datasets' buckets, numbered in order of appearance, and each
+// dataset's buckets in that numbering.
+class ShapeBuckets {
+ public:
+  // Numbers `d`'s buckets; returns d's entry in map().
+  size_t Add(const LatentDataset& d);
+  int count() const { return static_cast<int>(shapes_.size()); }
+  const LatentShape& shape(int b) const { return shapes_.at(static_cast<size_t>(b)); }
+  // map()[i][b]: dataset i's bucket b in the common numbering.
+  const std::vector<std::vector<int>>& map() const { return map_; }
+
+ private:
+  std::vector<LatentShape> shapes_;
+  std::vector<std::vector<int>> map_;
+};
+
+// Whether two shapes are the same bucket; SameChannelsAndText whether they can share a mix.
+bool SameShape(const LatentShape& a, const LatentShape& b);
+bool SameChannelsAndText(const LatentShape& a, const LatentShape& b);
+
+// Datasets one after another (the eval hold-out of a mix), their buckets merged.
 class ConcatDataset : public LatentDataset {
  public:
   explicit ConcatDataset(std::vector<std::shared_ptr<const LatentDataset>> parts);
@@ -67,11 +94,15 @@ class ConcatDataset : public LatentDataset {
   LatentSample Get(int64_t index) const override;
   LatentSample Draw(int64_t index, at::Generator& gen, double caption_dropout) const override;
   bool has_empty_caption() const override;
+  int buckets() const override { return buckets_.count(); }
+  int bucket(int64_t index) const override;
+  const LatentShape& bucket_shape(int b) const override { return buckets_.shape(b); }
 
  private:
   size_t Part(int64_t index) const;
   std::vector<std::shared_ptr<const LatentDataset>> parts_;
   std::vector<int64_t> offsets_;  // offsets_[i]: the first index of part i; back(): the size
+  ShapeBuckets buckets_;
 };
 
 class SourceMix : public LatentDataset {
@@ -86,7 +117,8 @@ class SourceMix : public LatentDataset {
     double weight = 0;  // all weighted, or none (then repeats; 0 means 1)
     int64_t repeats = 0;
   };
-  // InvalidArgument naming the source when the sources' shapes disagree.
+  // InvalidArgument naming the source when the sources disagree on latent channels or text
+  // states, or a source has clips of several shapes.
   static Result<std::unique_ptr<SourceMix>> Create(std::vector<Source> sources, uint64_t seed);
 
   int64_t size() const override { return offsets_.back(); }
@@ -100,6 +132,9 @@ class SourceMix : public LatentDataset {
                       double caption_dropout) const override;
   // Every source stores its empty caption.
   bool has_empty_caption() const override;
+  int buckets() const override { return buckets_.count(); }
+  int bucket(int64_t index) const override;
+  const LatentShape& bucket_shape(int b) const override { return buckets_.shape(b); }
 
   // Which source and which of its clips slot `index` holds in `epoch` (the file comment's rule).
   struct Place {
@@ -119,6 +154,7 @@ class SourceMix : public LatentDataset {
   std::vector<Source> sources_;
   std::vector<int64_t> offsets_;  // offsets_[i]: source i's first slot; back(): slots an epoch
   uint64_t seed_;
+  ShapeBuckets buckets_;  // each source one bucket
   // Each source's permutation of its current round (c / size_i), computed on first use.
   struct Round {
     int64_t number = -1;

@@ -24,7 +24,6 @@ Evaluator::Evaluator(std::shared_ptr<const LatentDataset> clips, const EvalSpec&
 EvalLoss Evaluator::Run(UNet3DImpl& model, Communicator* comm, int rank, int world_size) const {
   const int64_t n = clips_->size();
   const int64_t t_count = static_cast<int64_t>(timesteps_.size());
-  const auto& shape = clips_->shape();
   // Slot (i, j): clip i at timesteps_[j]; one rank fills each, the others leave 0.
   auto losses = torch::zeros({n, t_count}, torch::kDouble);
   const bool was_training = model.is_training();
@@ -33,6 +32,7 @@ EvalLoss Evaluator::Run(UNet3DImpl& model, Communicator* comm, int rank, int wor
     torch::NoGradGuard no_grad;
     for (int64_t i = rank; i < n; i += world_size) {
       std::vector<torch::Tensor> x0, noise, text;
+      const LatentShape& shape = clips_->bucket_shape(clips_->bucket(i));  // clips differ by bucket
       for (int64_t j = 0; j < t_count; ++j) {
         auto gen = at::detail::createCPUGenerator(seed_ * 0x9E3779B97F4A7C15ULL +
                                                   static_cast<uint64_t>(i) * 0xBF58476D1CE4E5B9ULL +

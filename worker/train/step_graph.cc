@@ -2,8 +2,10 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #if defined(ADCTL_WITH_CUDA) && TORCH_VERSION_MAJOR >= 2
 #include <ATen/cuda/CUDAGraph.h>
@@ -27,6 +29,25 @@ c10::cuda::CUDAStream SideStream() {
   return c10::cuda::getStreamFromPool();
 }
 
+// One input shape's graph: its static inputs and output, or the eager steps still to run.
+struct ShapeGraph {
+  std::vector<int64_t> key;  // the inputs' sizes and dtypes
+  int warmup = 0;
+  std::optional<at::cuda::CUDAGraph> graph;
+  torch::Tensor noisy, timesteps, text, target, loss;
+};
+
+std::vector<int64_t> ShapeKey(const torch::Tensor& n, const torch::Tensor& t,
+                              const torch::Tensor& x, const torch::Tensor& y) {
+  std::vector<int64_t> key;
+  for (const torch::Tensor* tensor : {&n, &t, &x, &y}) {
+    key.push_back(static_cast<int64_t>(tensor->scalar_type()));
+    key.push_back(tensor->dim());
+    for (int64_t size : tensor->sizes()) key.push_back(size);
+  }
+  return key;
+}
+
 }  // namespace
 
 struct StepGraph::Impl {
@@ -35,15 +56,7 @@ struct StepGraph::Impl {
   StepFn fn;
   int warmup;
   c10::cuda::CUDAStreamGuard guard;  // the side stream, current while this exists
-  std::optional<at::cuda::CUDAGraph> graph;
-  torch::Tensor noisy, timesteps, text, target, loss;  // the graph's inputs and output
-
-  bool Fits(const torch::Tensor& n, const torch::Tensor& t, const torch::Tensor& x,
-            const torch::Tensor& y) const {
-    return n.sizes() == noisy.sizes() && t.sizes() == timesteps.sizes() &&
-           x.sizes() == text.sizes() && y.sizes() == target.sizes() &&
-           n.scalar_type() == noisy.scalar_type() && x.scalar_type() == text.scalar_type();
-  }
+  std::vector<ShapeGraph> shapes;
 };
 
 bool StepGraph::Available() { return torch::cuda::is_available(); }
@@ -53,43 +66,66 @@ StepGraph::StepGraph(StepFn fn, int warmup)
 
 StepGraph::~StepGraph() = default;
 
-bool StepGraph::captured() const { return impl_->graph.has_value(); }
+bool StepGraph::captured() const { return graphs() > 0; }
+
+int StepGraph::graphs() const {
+  int n = 0;
+  for (const ShapeGraph& s : impl_->shapes) n += s.graph.has_value() ? 1 : 0;
+  return n;
+}
 
 torch::Tensor StepGraph::Run(const torch::Tensor& noisy, const torch::Tensor& timesteps,
                              const torch::Tensor& text, const torch::Tensor& target) {
   Impl& g = *impl_;
-  if (g.graph) {
-    if (!g.Fits(noisy, timesteps, text, target)) {
+  const std::vector<int64_t> key = ShapeKey(noisy, timesteps, text, target);
+  auto it = std::find_if(g.shapes.begin(), g.shapes.end(),
+                         [&](const ShapeGraph& s) { return s.key == key; });
+  if (it == g.shapes.end()) {
+    if (static_cast<int>(g.shapes.size()) >= kMaxGraphs) {
       return g.fn(noisy, timesteps, text, target).detach();
     }
-    g.noisy.copy_(noisy);
-    g.timesteps.copy_(timesteps);
-    g.text.copy_(text);
-    g.target.copy_(target);
-    g.graph->replay();
-    return g.loss.clone();
+    g.shapes.push_back(ShapeGraph{key, g.warmup, std::nullopt, {}, {}, {}, {}, {}});
+    it = g.shapes.end() - 1;
   }
-  if (g.warmup > 0) {
-    --g.warmup;
+  ShapeGraph& s = *it;
+  if (s.graph) {
+    s.noisy.copy_(noisy);
+    s.timesteps.copy_(timesteps);
+    s.text.copy_(text);
+    s.target.copy_(target);
+    s.graph->replay();
+    return s.loss.clone();
+  }
+  if (s.warmup > 0) {
+    --s.warmup;
     return g.fn(noisy, timesteps, text, target).detach();
   }
   // Capture. Nothing else may run on the device meanwhile, and the capture runs nothing: the
   // first replay does this micro-step's work.
-  g.noisy = noisy.clone();
-  g.timesteps = timesteps.clone();
-  g.text = text.clone();
-  g.target = target.clone();
+  s.noisy = noisy.clone();
+  s.timesteps = timesteps.clone();
+  s.text = text.clone();
+  s.target = target.clone();
   torch::cuda::synchronize();
-  g.graph.emplace();
+  // The first graph's memory pool, shared by the later ones (the file comment).
+  decltype(s.graph->pool()) pool{0, 0};
+  for (ShapeGraph& other : g.shapes) {  // pool() is not const in every LibTorch
+    if (other.graph) {
+      pool = other.graph->pool();
+      break;
+    }
+  }
+  s.graph.emplace();
   // Thread-local capture: only this thread's unsafe calls (a synchronizing copy, say) break
   // it. The data loader's thread goes on pinning host memory meanwhile, which a global-mode
   // capture would count against the graph; the autograd engine's device thread launches its
   // kernels into the capturing stream as usual.
-  g.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-  g.loss = g.fn(g.noisy, g.timesteps, g.text, g.target).detach();
-  g.graph->capture_end();
-  g.graph->replay();
-  return g.loss.clone();
+  s.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+  s.loss = g.fn(s.noisy, s.timesteps, s.text, s.target).detach();
+  s.graph->capture_end();
+  s.graph->replay();
+  g.last_captured = true;
+  return s.loss.clone();
 }
 
 #else
@@ -105,6 +141,8 @@ StepGraph::StepGraph(StepFn fn, int) : impl_(std::make_unique<Impl>(Impl{std::mo
 StepGraph::~StepGraph() = default;
 
 bool StepGraph::captured() const { return false; }
+
+int StepGraph::graphs() const { return 0; }
 
 torch::Tensor StepGraph::Run(const torch::Tensor& noisy, const torch::Tensor& timesteps,
                              const torch::Tensor& text, const torch::Tensor& target) {

@@ -8,7 +8,13 @@
 // While a StepGraph exists, the thread's current CUDA stream is a side stream of its own (graphs
 // are captured on a non-default stream; the eager steps before the capture run there too, so the
 // libraries' per-stream state is made before capture). Only for one rank (no gradient all-reduce
-// in the graph) and fixed input shapes: a micro-step of other shapes runs eagerly.
+// in the graph).
+//
+// Each input shape (a shape bucket of the data: worker/data/sampler.h) gets a graph of its own,
+// captured after its own warm-up steps, up to kMaxGraphs of them (a micro-step of any other
+// shape runs eagerly). The graphs share one memory pool: they replay one after another on one
+// stream, and each replay's loss is copied out before the next, so what one leaves behind
+// another may reuse.
 //
 // Available() is false on LibTorch 1.13 and in builds without CUDA; then Run() calls the step
 // function directly.
@@ -36,7 +42,9 @@ class StepGraph {
     return world_size > 1 ? "only for one rank" : "";
   }
 
-  // Runs `warmup` eager micro-steps before capturing.
+  static constexpr int kMaxGraphs = 8;
+
+  // Runs `warmup` eager micro-steps of each shape before capturing it.
   StepGraph(StepFn fn, int warmup);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
@@ -46,7 +54,9 @@ class StepGraph {
   // replayed. Returns the loss (a tensor of its own).
   torch::Tensor Run(const torch::Tensor& noisy, const torch::Tensor& timesteps,
                     const torch::Tensor& text, const torch::Tensor& target);
+  // Whether a shape has been captured, and how many have.
   bool captured() const;
+  int graphs() const;
 
  private:
   struct Impl;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "worker/data/latent_dataset.h"
@@ -24,20 +25,26 @@ class StepMetrics {
   // max_steps, batch sizes) and `spec.resources.peak_tflops`.
   StepMetrics(const JobSpec& spec, torch::Device device, int world_size, Reporter& reporter);
 
-  // The work of one clip, for MFU: the model and the clips' shape once they are known.
-  void SetWorkload(const UNetConfig& unet, const MotionConfig& motion, const LatentShape& shape);
+  // The work of one clip, for MFU: the model and the clips' shapes (one per shape bucket) once
+  // they are known.
+  void SetWorkload(const UNetConfig& unet, const MotionConfig& motion,
+                   std::vector<LatentShape> buckets);
 
   // Whether step `step` (1-based) is reported.
   bool Due(int64_t step) const;
 
   // Fills in total_steps, clips_per_second (from step_seconds), peak_memory_bytes, mfu_ratio,
   // time and the device values of `report`, which holds the loop's own numbers, and reports it.
-  void Report(StepReport report);
+  // `buckets`: the shape bucket of each of the step's micro-batches (empty: bucket 0).
+  void Report(StepReport report, const std::vector<int>& buckets = {});
 
  private:
-  // Model FLOPs utilisation of this rank's GPU at `clips_per_second` (its own share); 0 on the
-  // CPU or for a GPU whose peak is unknown (never a made-up number).
-  double Mfu(double clips_per_second);
+  // Model FLOPs utilisation of this rank's GPU at `clips_per_second` (its own share) of clips of
+  // `buckets` (the mean of their work); 0 on the CPU or for a GPU whose peak is unknown (never a
+  // made-up number).
+  double Mfu(double clips_per_second, const std::vector<int>& buckets);
+  // Training FLOPs per clip of bucket b / the GPU's peak (0: unknown), said once per bucket.
+  double MfuScale(int b);
   int64_t PeakMemory() const;
 
   const TrainSpec& train_;
@@ -48,8 +55,8 @@ class StepMetrics {
   DeviceSampler device_sampler_;
   UNetConfig unet_;
   MotionConfig motion_;
-  LatentShape shape_;
-  std::optional<double> mfu_scale_;  // training FLOPs per clip / GPU peak, set at first use
+  std::vector<LatentShape> buckets_;
+  std::vector<std::optional<double>> mfu_scales_;  // MfuScale of each bucket, set at first use
 };
 
 }  // namespace adctl

@@ -8,6 +8,7 @@
 // exit code of the part that called it, and Run() reports the failure.
 #include "worker/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -140,30 +141,69 @@ class Trainer {
     eval_clips_ = data->eval;
     if (!data->description.empty())
       reporter_.OnEvent(EventLevel::kInfo, "data: " + data->description);
-    const auto& shape = dataset_->shape();
-    metrics_->SetWorkload(unet_cfg, model_->motion_config(), shape);
+    // Every shape bucket's: MFU, cuDNN's attention kernels, the motion modules' frame limit.
+    std::vector<LatentShape> buckets;
+    std::vector<AttentionShape> attention;
+    for (int b = 0; b < dataset_->buckets(); ++b) {
+      const LatentShape& shape = dataset_->bucket_shape(b);
+      buckets.push_back(shape);
+      for (const AttentionShape& a :
+           SpatialAttentionShapes(unet_cfg, spec_.train.batch_size, shape.frames, shape.height,
+                                  shape.width, shape.text_len)) {
+        if (std::find(attention.begin(), attention.end(), a) == attention.end())
+          attention.push_back(a);
+      }
+    }
+    metrics_->SetWorkload(unet_cfg, model_->motion_config(), buckets);
     if (device_.is_cuda()) {  // compiles cuDNN's attention kernels while the set-up goes on
-      attention_warmup_ = std::make_unique<AttentionWarmup>(
-          SpatialAttentionShapes(unet_cfg, spec_.train.batch_size, shape.frames, shape.height,
-                                 shape.width, shape.text_len),
-          device_, compute_dtype_, spec_.train.attention);
+      attention_warmup_ = std::make_unique<AttentionWarmup>(std::move(attention), device_,
+                                                            compute_dtype_, spec_.train.attention);
     }
-    if (shape.frames > model_->motion_config().max_seq_length) {
-      return Failure{kExitBadSpec, "data: clips have " + std::to_string(shape.frames) +
-                                       " frames, the motion modules hold at most " +
-                                       std::to_string(model_->motion_config().max_seq_length)};
+    const int64_t max_frames = model_->motion_config().max_seq_length;
+    for (const auto* clips : {dataset_.get(), eval_clips_.get()}) {
+      for (int b = 0; clips != nullptr && b < clips->buckets(); ++b) {
+        const int64_t frames = clips->bucket_shape(b).frames;
+        if (frames > max_frames) {
+          return Failure{kExitBadSpec, std::string(clips == dataset_.get() ? "data" : "eval") +
+                                           ": clips have " + std::to_string(frames) +
+                                           " frames, the motion modules hold at most " +
+                                           std::to_string(max_frames) +
+                                           " (model.motion_max_frames extends them)"};
+        }
+      }
     }
-    auto fits =
-        DistributedSampler::CheckFits(dataset_->size(), o_.world_size, spec_.train.batch_size);
+    const auto seed = static_cast<uint64_t>(spec_.train.seed);
+    sampler_ = dataset_->buckets() > 1 ? std::make_unique<DistributedSampler>(
+                                             ClipBuckets(*dataset_), o_.rank, o_.world_size, seed)
+                                       : std::make_unique<DistributedSampler>(
+                                             dataset_->size(), o_.rank, o_.world_size, seed);
+    auto fits = DistributedSampler::CheckFits(sampler_->bucket_sizes(), o_.world_size,
+                                              spec_.train.batch_size);
     if (!fits.ok()) return Failure{kExitBadSpec, fits.ToString()};
-    sampler_ = std::make_unique<DistributedSampler>(dataset_->size(), o_.rank, o_.world_size,
-                                                    static_cast<uint64_t>(spec_.train.seed));
+    if (dataset_->buckets() > 1) reporter_.OnEvent(EventLevel::kInfo, DescribeBuckets());
     if (spec_.train.caption_dropout > 0 && !dataset_->has_empty_caption()) {
       reporter_.OnEvent(EventLevel::kInfo,
                         "train.caption_dropout: the dataset stores no empty-caption text state, "
                         "so no caption is dropped");
     }
     return std::nullopt;
+  }
+
+  // "data: 2 shape buckets (frames x latent height x width), each batch of one: 16x64x64 (120
+  // clips, 15 global batches an epoch), 24x48x80 (...)", naming those too small for a batch.
+  std::string DescribeBuckets() const {
+    const int64_t global = spec_.train.batch_size * o_.world_size;
+    std::string out = "data: " + std::to_string(dataset_->buckets()) +
+                      " shape buckets (frames x latent height x width), each batch of one:";
+    for (int b = 0; b < dataset_->buckets(); ++b) {
+      const int64_t clips = sampler_->bucket_sizes()[static_cast<size_t>(b)];
+      out += std::string(b ? "," : "") + " " + BucketName(dataset_->bucket_shape(b)) + " (" +
+             std::to_string(clips) + " clips, " +
+             (clips >= global
+                  ? std::to_string(clips / global) + " global batches an epoch)"
+                  : "fewer than a global batch of " + std::to_string(global) + ": never drawn)");
+    }
+    return out;
   }
 
   // The spec's noise schedule, or model.pretrained's (train.beta_schedule: pretrained).
@@ -254,7 +294,7 @@ class Trainer {
         last_eval_ = {state_.step, e.loss};
         last_step_end = SteadyClock::now();  // the next step's time does not include the eval
       }
-      if (metrics_->Due(state_.step) || r.eval_loss >= 0) metrics_->Report(r);
+      if (metrics_->Due(state_.step) || r.eval_loss >= 0) metrics_->Report(r, step_buckets_);
       // Every rank gets the same answer (same spec, same step).
       const bool validation = ValidationDue(spec_.validation, state_.step);
       if (validation) {
@@ -321,11 +361,13 @@ class Trainer {
     const auto& t = spec_.train;
     const int64_t accum = t.grad_accum;
     StepReport r;
+    step_buckets_.clear();
     torch::Tensor loss_sum;  // on the device: one host sync per step, not per micro-step
     for (int64_t micro = 0; micro < accum; ++micro) {
       const auto d0 = SteadyClock::now();
       auto batch = batches_->Next();
       r.data_wait_seconds += Seconds(d0, SteadyClock::now());
+      step_buckets_.push_back(batch.bucket);
       if (parallel_.reducer) parallel_.reducer->PrepareForBackward(micro == accum - 1);
       const auto loss =
           step_graph_ ? step_graph_->Run(batch.noisy, batch.timesteps, batch.text, batch.target)
@@ -363,11 +405,15 @@ class Trainer {
 
   // Once: the step captured as a CUDA graph, and the start-up summary after the first step.
   void ReportFirstSteps() {
-    if (step_graph_ && step_graph_->captured() && !graph_reported_) {
+    if (step_graph_ && step_graph_->graphs() > graphs_reported_) {
+      graphs_reported_ = step_graph_->graphs();
+      const std::string which = dataset_->buckets() > 1
+                                    ? " (shape " + std::to_string(graphs_reported_) + " of " +
+                                          std::to_string(dataset_->buckets()) + ")"
+                                    : "";
       reporter_.OnEvent(EventLevel::kInfo, "train.cuda_graphs: step " +
-                                               std::to_string(state_.step) +
+                                               std::to_string(state_.step) + which +
                                                " captured as a CUDA graph; later steps replay it");
-      graph_reported_ = true;
     }
     if (!startup_reported_) {
       startup_.Mark("rest of the first step");
@@ -433,7 +479,8 @@ class Trainer {
   bool startup_reported_ = false;
   bool first_micro_step_timed_ = false;
   std::unique_ptr<AttentionWarmup> attention_warmup_;
-  bool graph_reported_ = false;
+  int graphs_reported_ = 0;
+  std::vector<int> step_buckets_;           // the current step's micro-batches' shape buckets
   std::unique_ptr<StepGraph> step_graph_;   // train.cuda_graphs on one GPU
   std::unique_ptr<StepProfiler> profiler_;  // ADCTL_PROFILE_STEPS (benchmarks)
 };
