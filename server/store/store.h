@@ -28,20 +28,40 @@
 
 namespace adctl {
 
+// Where a job stands, in its jobs row: rank 0's latest metric point (ForEachProgressMetric),
+// when it came, and what the checkpoints, evals and validations reported last.
 struct JobProgress {
   int64_t step = 0;
   int64_t total_steps = 0;
   double loss = 0;
   double clips_per_second = 0;
   double step_seconds = 0;
-  int64_t last_checkpoint_step = 0;
-  double updated_at = 0;
-  double mfu_ratio = 0;  // rank 0's latest; 0 unknown
+  double mfu_ratio = 0;  // 0 unknown
   double learning_rate = 0;
+  double updated_at = 0;  // the point's time (column progress_updated_at)
+  int64_t last_checkpoint_step = 0;
   double eval_loss = 0;  // the latest eval loss (at eval_step; 0: none yet)
   int64_t eval_step = 0;
   double validation_seconds = 0;  // the latest validation's render time (its samples' sum)
 };
+
+// The members of JobProgress that rank 0's metric point sets: each is the MetricValues value of
+// its name (common/metric_values.h) in the jobs column of that name. ReadJob reads them and
+// AddMetrics writes them from this list alone; tests/server/store_test.cc checks every name
+// against the metric list. Adding one: a member above, a line here, and a migration adding
+// its jobs column.
+template <typename Progress, typename F>
+void ForEachProgressMetric(Progress& p, F&& f) {
+  f("step", p.step);
+  f("total_steps", p.total_steps);
+  f("loss", p.loss);
+  f("clips_per_second", p.clips_per_second);
+  f("step_seconds", p.step_seconds);
+  f("mfu_ratio", p.mfu_ratio);
+  f("learning_rate", p.learning_rate);
+}
+// The progress metric point `m` gives: ForEachProgressMetric's members, and updated_at.
+JobProgress ProgressOf(const MetricValues& m);
 
 struct JobRecord {
   std::string id;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
+#include <type_traits>
 
 #include "server/store/statement.h"
 #include "server/store/store.h"
@@ -224,28 +225,46 @@ Status Store::AddMetrics(const std::vector<MetricRecord>& points) {
     return "INSERT OR IGNORE INTO metrics (job_id, attempt, rank, eval_by_timestep" + columns +
            ") VALUES (?,?,?,?" + params + ")";
   }();
-  // One prepared statement for the batch's rows.
+  // Rank 0's point is the job's progress (ForEachProgressMetric's columns and its time).
+  static const std::string progress = [] {
+    std::string sql = "UPDATE jobs SET ";
+    JobProgress p;
+    ForEachProgressMetric(
+        p, [&](const char* column, const auto&) { sql += std::string(column) + "=?, "; });
+    return sql + "progress_updated_at=? WHERE id=?";
+  }();
+  // One prepared statement each for the batch's rows.
   Stmt s(db_, insert);
   ADCTL_RETURN_IF_ERROR(s.prepare_status());
+  Stmt u(db_, progress);
+  ADCTL_RETURN_IF_ERROR(u.prepare_status());
   for (const MetricRecord& m : points) {
     s.Reset();
     s.Bind(m.job_id).Bind(m.attempt).Bind(m.rank).Bind(EvalByTimestepJson(m.eval_by_timestep));
     ForEachMetricValue(m, [&](const char*, const auto& v) { s.Bind(v); });
     ADCTL_RETURN_IF_ERROR(s.Run());
     if (m.rank != 0) continue;
-    // Rank 0's point is the job's progress; an eval loss only when the point carries one.
-    ADCTL_RETURN_IF_ERROR(
-        Execute(db_,
-                "UPDATE jobs SET step=?, total_steps=?, loss=?, clips_per_second=?, "
-                "step_seconds=?, progress_updated_at=?, mfu_ratio=?, learning_rate=? WHERE id=?",
-                m.step, m.total_steps, m.loss, m.clips_per_second, m.step_seconds, m.time,
-                m.mfu_ratio, m.learning_rate, m.job_id));
+    const JobProgress p = ProgressOf(m);
+    u.Reset();
+    ForEachProgressMetric(p, [&](const char*, const auto& v) { u.Bind(v); });
+    u.Bind(p.updated_at).Bind(m.job_id);
+    ADCTL_RETURN_IF_ERROR(u.Run());
+    // An eval loss only when the point carries one.
     if (m.eval_loss >= 0) {
       ADCTL_RETURN_IF_ERROR(Execute(db_, "UPDATE jobs SET eval_loss=?, eval_step=? WHERE id=?",
                                     m.eval_loss, m.step, m.job_id));
     }
   }
   return txn.Commit();
+}
+
+JobProgress ProgressOf(const MetricValues& m) {
+  JobProgress p;
+  ForEachProgressMetric(p, [&](const char* name, auto& v) {
+    v = static_cast<std::remove_reference_t<decltype(v)>>(MetricValueByName(m, name).value_or(0));
+  });
+  p.updated_at = m.time;
+  return p;
 }
 
 Result<int64_t> Store::ThinMetrics(int64_t max_per_rank) {

@@ -17,6 +17,26 @@
 namespace adctl {
 namespace {
 
+// JobProgress's metric members are copied from a metric point by name: every name of the list
+// is a metric's, and ProgressOf copies each value.
+TEST(JobProgressTest, EveryProgressMetricIsAMetricValueOfTheSameName) {
+  MetricValues m;
+  double next = 1;
+  ForEachMetricValue(
+      m, [&](const char*, auto& v) { v = static_cast<std::decay_t<decltype(v)>>(next++); });
+  m.time = 99.5;
+  const JobProgress p = ProgressOf(m);
+  int listed = 0;
+  ForEachProgressMetric(p, [&](const char* name, const auto& v) {
+    ++listed;
+    const auto metric = MetricValueByName(m, name);
+    ASSERT_TRUE(metric.has_value()) << name << " is not a metric value";
+    EXPECT_EQ(static_cast<double>(v), *metric) << name;
+  });
+  EXPECT_EQ(listed, 7);
+  EXPECT_EQ(p.updated_at, 99.5);
+}
+
 TEST_F(StoreTest, OpensWithWalForeignKeysAndLatestSchema) {
   EXPECT_EQ(store_->schema_version(), 16);
   struct stat st {};
