@@ -47,6 +47,7 @@ class DataParallelTest : public ::testing::Test {
     return a;
   }
   std::string Log(const std::string& name) { return (root_ / (name + ".log")).string(); }
+  void ExpectTwoRanksEqualOneRank(const std::vector<std::string>& data, size_t steps);
 
   const TempDir tmp_;  // first: removed after everything that uses it
   const fs::path root_{tmp_.path()};
@@ -91,9 +92,12 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
   EXPECT_LT(worst, 1e-4) << worst_key;
 }
 
-// A weighted mix of caches (data.sources) keeps the rule: each draw depends on its global
-// position only, so 2 ranks of batch 2 take exactly the clips 1 rank of batch 4 takes.
-TEST_F(DataParallelTest, TwoRanksEqualOneRankOnAWeightedMixOfCaches) {
+// Two latent caches of synthetic clips, cache-a (12 clips of 4 frames at 8×8) and cache-b
+// (`b_clips` of `b_frames`), and the --set arguments that train on them as data.sources with
+// each entry's `extra` ("" or ", weight: 1") and `steps` steps.
+std::vector<std::string> TwoCaches(const fs::path& root, int64_t b_clips, int64_t b_frames,
+                                   const std::string& a_extra, const std::string& b_extra,
+                                   int steps) {
   DataSpec a;
   a.num_samples = 12;
   a.frames = 4;
@@ -101,14 +105,25 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankOnAWeightedMixOfCaches) {
   a.text_len = 4;
   DataSpec b = a;
   b.seed = 9;
-  b.num_samples = 5;
-  ASSERT_TRUE(WriteSyntheticShards(a, 4, 32, (root_ / "cache-a").string(), 4).ok());
-  ASSERT_TRUE(WriteSyntheticShards(b, 4, 32, (root_ / "cache-b").string(), 4).ok());
-  const std::string mix = "data.sources=[{path: " + (root_ / "cache-a").string() +
-                          ", weight: 1}, {path: " + (root_ / "cache-b").string() + ", weight: 3}]";
-  const std::vector<std::string> latents = {"--set", "data.kind=latents", "--set", mix};
+  b.num_samples = b_clips;
+  b.frames = b_frames;
+  EXPECT_TRUE(WriteSyntheticShards(a, 4, 32, (root / "cache-a").string(), 4).ok());
+  EXPECT_TRUE(WriteSyntheticShards(b, 4, 32, (root / "cache-b").string(), 4).ok());
+  return {"--set",
+          "data.kind=latents",
+          "--set",
+          "data.sources=[{path: " + (root / "cache-a").string() + a_extra +
+              "}, {path: " + (root / "cache-b").string() + b_extra + "}]",
+          "--set",
+          "train.max_steps=" + std::to_string(steps)};
+}
+
+// Trains `data` (--set arguments) on 1 rank of batch 4 and on 2 ranks of batch 2 and expects
+// the same loss at each of the `steps` steps.
+void DataParallelTest::ExpectTwoRanksEqualOneRank(const std::vector<std::string>& data,
+                                                  size_t steps) {
   auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.end(), latents.begin(), latents.end());
+    extra.insert(extra.end(), data.begin(), data.end());
     return extra;
   };
   const pid_t one = Spawn(Args("one", 0, 1, with({"--set", "train.batch_size=4"})), Log("one"));
@@ -119,49 +134,24 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankOnAWeightedMixOfCaches) {
   ASSERT_EQ(WaitFor(r1, std::chrono::seconds(60)), kExitOk);
   const auto single = Losses((root_ / "one-0.jsonl").string());
   const auto rank0 = Losses((root_ / "two-0.jsonl").string());
-  ASSERT_EQ(single.size(), 4u);
-  ASSERT_EQ(rank0.size(), 4u);
+  ASSERT_EQ(single.size(), steps);
+  ASSERT_EQ(rank0.size(), steps);
   for (const auto& [step, loss] : single) {
     EXPECT_NEAR(rank0.at(step), loss, 1e-5 * std::max(1.0, loss)) << "step " << step;
   }
 }
 
+// A weighted mix of caches (data.sources) keeps the rule: each draw depends on its global
+// position only, so 2 ranks of batch 2 take exactly the clips 1 rank of batch 4 takes.
+TEST_F(DataParallelTest, TwoRanksEqualOneRankOnAWeightedMixOfCaches) {
+  ExpectTwoRanksEqualOneRank(TwoCaches(root_, 5, 4, ", weight: 1", ", weight: 3", 4), 4);
+}
+
 // Shape buckets (caches of two frame counts): the bucket of each step follows from the
 // position, so 2 ranks of batch 2 agree on it without a word and train what 1 rank of batch 4
-// trains.
+// trains: 6 steps, into epoch 1 (5 batches an epoch: 3 of 4 frames, 2 of 6).
 TEST_F(DataParallelTest, TwoRanksEqualOneRankOverShapeBuckets) {
-  DataSpec a;
-  a.num_samples = 12;
-  a.frames = 4;
-  a.height = a.width = 8;
-  a.text_len = 4;
-  DataSpec b = a;
-  b.seed = 9;
-  b.num_samples = 8;
-  b.frames = 6;
-  ASSERT_TRUE(WriteSyntheticShards(a, 4, 32, (root_ / "cache-a").string(), 4).ok());
-  ASSERT_TRUE(WriteSyntheticShards(b, 4, 32, (root_ / "cache-b").string(), 4).ok());
-  const std::string mix = "data.sources=[{path: " + (root_ / "cache-a").string() +
-                          "}, {path: " + (root_ / "cache-b").string() + "}]";
-  const std::vector<std::string> latents = {"--set", "data.kind=latents", "--set", mix,
-                                            "--set", "train.max_steps=6"};
-  auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.end(), latents.begin(), latents.end());
-    return extra;
-  };
-  const pid_t one = Spawn(Args("one", 0, 1, with({"--set", "train.batch_size=4"})), Log("one"));
-  ASSERT_EQ(WaitFor(one, std::chrono::seconds(240)), kExitOk);
-  const pid_t r0 = Spawn(Args("two", 0, 2, with({})), Log("two-0"));
-  const pid_t r1 = Spawn(Args("two", 1, 2, with({})), Log("two-1"));
-  ASSERT_EQ(WaitFor(r0, std::chrono::seconds(240)), kExitOk);
-  ASSERT_EQ(WaitFor(r1, std::chrono::seconds(60)), kExitOk);
-  const auto single = Losses((root_ / "one-0.jsonl").string());
-  const auto rank0 = Losses((root_ / "two-0.jsonl").string());
-  ASSERT_EQ(single.size(), 6u);  // 5 batches an epoch (3 of 4 frames, 2 of 6): into epoch 1
-  ASSERT_EQ(rank0.size(), 6u);
-  for (const auto& [step, loss] : single) {
-    EXPECT_NEAR(rank0.at(step), loss, 1e-5 * std::max(1.0, loss)) << "step " << step;
-  }
+  ExpectTwoRanksEqualOneRank(TwoCaches(root_, 8, 6, "", "", 6), 6);
 }
 
 // SIGTERM before the training loop (here: waiting at the rendezvous for a rank that never
