@@ -33,7 +33,7 @@ c10::cuda::CUDAStream SideStream() {
 struct ShapeGraph {
   std::vector<int64_t> key;  // the inputs' sizes and dtypes
   int warmup = 0;
-  std::optional<at::cuda::CUDAGraph> graph;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;  // not movable itself
   torch::Tensor noisy, timesteps, text, target, loss;
 };
 
@@ -70,7 +70,7 @@ bool StepGraph::captured() const { return graphs() > 0; }
 
 int StepGraph::graphs() const {
   int n = 0;
-  for (const ShapeGraph& s : impl_->shapes) n += s.graph.has_value() ? 1 : 0;
+  for (const ShapeGraph& s : impl_->shapes) n += s.graph != nullptr ? 1 : 0;
   return n;
 }
 
@@ -84,7 +84,7 @@ torch::Tensor StepGraph::Run(const torch::Tensor& noisy, const torch::Tensor& ti
     if (static_cast<int>(g.shapes.size()) >= kMaxGraphs) {
       return g.fn(noisy, timesteps, text, target).detach();
     }
-    g.shapes.push_back(ShapeGraph{key, g.warmup, std::nullopt, {}, {}, {}, {}, {}});
+    g.shapes.push_back(ShapeGraph{key, g.warmup, nullptr, {}, {}, {}, {}, {}});
     it = g.shapes.end() - 1;
   }
   ShapeGraph& s = *it;
@@ -115,7 +115,7 @@ torch::Tensor StepGraph::Run(const torch::Tensor& noisy, const torch::Tensor& ti
       break;
     }
   }
-  s.graph.emplace();
+  s.graph = std::make_unique<at::cuda::CUDAGraph>();
   // Thread-local capture: only this thread's unsafe calls (a synchronizing copy, say) break
   // it. The data loader's thread goes on pinning host memory meanwhile, which a global-mode
   // capture would count against the graph; the autograd engine's device thread launches its
@@ -124,7 +124,6 @@ torch::Tensor StepGraph::Run(const torch::Tensor& noisy, const torch::Tensor& ti
   s.loss = g.fn(s.noisy, s.timesteps, s.text, s.target).detach();
   s.graph->capture_end();
   s.graph->replay();
-  g.last_captured = true;
   return s.loss.clone();
 }
 
