@@ -58,6 +58,9 @@ struct MetricValues {
   // Its per-timestep means, (timestep, loss) in eval.timesteps' order: the one value outside
   // ForEachMetricValue (a list; proto/metric_point.cc and the store convert it by hand).
   std::vector<std::pair<int64_t, double>> eval_by_timestep;
+  // The shape bucket of the step's batches (numbered as the start-up event lists them), -1 when
+  // its micro-batches came from several; 0 for data of one shape.
+  int64_t bucket = 0;
 };
 
 // Calls f(name, member) for every value above, under its v1::MetricPoint field name.
@@ -88,6 +91,7 @@ void ForEachMetricValue(Values& m, F&& f) {
   f("videos_skipped_truncated", m.videos_skipped_truncated);
   f("videos_skipped_too_short", m.videos_skipped_too_short);
   f("eval_loss", m.eval_loss);
+  f("bucket", m.bucket);
 }
 
 // ForEachMetricValue as a callable (common/record_values.h's kCheckpointValues says why).
@@ -136,6 +140,10 @@ inline constexpr PrometheusSeries kPrometheusSeries[] = {
      "Model FLOPs utilisation of rank 0's GPU (training FLOPs per clip x clips/s per rank / "
      "dense bf16 peak); absent on CPU ranks.",
      SeriesKind::kJobGauge, /*positive_only=*/true},
+    {"bucket", "adctl_train_shape_bucket_index",
+     "Shape bucket of the latest step's batches (the job's start-up event lists them; -1: "
+     "several in one step; 0: data of one shape).",
+     SeriesKind::kJobGauge},
     {"peak_memory_bytes", "adctl_train_peak_memory_bytes",
      "Device memory high-water mark of a rank.", SeriesKind::kRankGauge, /*positive_only=*/true},
     {"data_wait_seconds", "adctl_train_data_wait_seconds_total",

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/checkpoint_dir.h"
@@ -43,6 +44,7 @@ class RecordingReporter : public Reporter {
     std::lock_guard<std::mutex> lock(mu);
     losses[r.step] = r.loss;
     learning_rates[r.step] = r.learning_rate;
+    buckets[r.step] = r.bucket;
     if (stop_after > 0 && r.step >= stop_after) stop = true;
   }
   void OnCheckpoint(const CheckpointReport& r) override { checkpoints.push_back(r); }
@@ -52,6 +54,7 @@ class RecordingReporter : public Reporter {
   std::mutex mu;
   std::map<int64_t, double> losses;
   std::map<int64_t, double> learning_rates;
+  std::map<int64_t, int64_t> buckets;
   std::vector<CheckpointReport> checkpoints;
   std::vector<std::string> events;
   int64_t resumed_from = -1;
@@ -78,6 +81,20 @@ class TrainerTest : public ::testing::Test {
     o.job_dir = (root_ / dir).string();
     o.reporter = rep;
     return RunTrainer(o);
+  }
+
+  // Pauses a run of `spec` after step 3, resumes it, and expects the resumed steps on the loss
+  // curve of `full` (the uninterrupted run).
+  void ExpectResumeAfterStep3OnTheCurveOf(const JobSpec& spec, const RecordingReporter& full) {
+    RecordingReporter first, second;
+    first.stop_after = 3;
+    ASSERT_EQ(Train(spec, "resumed", &first), kExitStopped);
+    ASSERT_EQ(Train(spec, "resumed", &second), kExitOk);
+    ASSERT_EQ(second.losses.size(), static_cast<size_t>(spec.train.max_steps - 3));
+    for (const auto& [step, loss] : second.losses) {
+      EXPECT_NEAR(loss, full.losses.at(step), 1e-6 * std::max(1.0, std::abs(loss)))
+          << "step " << step;
+    }
   }
 
   const TempDir tmp_;  // first: removed after everything that uses it
@@ -237,15 +254,7 @@ TEST_F(TrainerTest, AWeightedMixOfCachesResumesOnTheSameLossCurve) {
                            return e.find("data: 2 sources mixed, 1000 draws an epoch") == 0;
                          }),
             full.events.end());
-  RecordingReporter first, second;
-  first.stop_after = 3;
-  ASSERT_EQ(Train(spec, "resumed", &first), kExitStopped);
-  ASSERT_EQ(Train(spec, "resumed", &second), kExitOk);
-  ASSERT_EQ(second.losses.size(), 3u);
-  for (const auto& [step, loss] : second.losses) {
-    EXPECT_NEAR(loss, full.losses.at(step), 1e-6 * std::max(1.0, std::abs(loss)))
-        << "step " << step;
-  }
+  ExpectResumeAfterStep3OnTheCurveOf(spec, full);
   // Other text states in the second cache: refused before training, naming the source.
   other.text_len = 6;
   ASSERT_TRUE(WriteSyntheticShards(other, 4, 32, (root_ / "c").string(), 5).ok());
@@ -291,16 +300,16 @@ TEST_F(TrainerTest, CachesOfSeveralShapesTrainAsBucketsAndResumeOnTheSameLossCur
                    "global batches an epoch), 4x8x16 (3 clips, 1 global batches an epoch)"));
   EXPECT_EQ(full.losses.size(), 8u);
   for (const auto& [step, loss] : full.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
-
-  RecordingReporter first, second;
-  first.stop_after = 3;
-  ASSERT_EQ(Train(spec, "resumed", &first), kExitStopped);
-  ASSERT_EQ(Train(spec, "resumed", &second), kExitOk);
-  ASSERT_EQ(second.losses.size(), 5u);
-  for (const auto& [step, loss] : second.losses) {
-    EXPECT_NEAR(loss, full.losses.at(step), 1e-6 * std::max(1.0, std::abs(loss)))
-        << "step " << step;
+  // Each step's report names its bucket; 8 steps of an epoch of 14 batches meet more than one.
+  std::set<int64_t> seen;
+  for (const auto& [step, bucket] : full.buckets) {
+    EXPECT_GE(bucket, 0) << step;
+    EXPECT_LT(bucket, 3) << step;
+    seen.insert(bucket);
   }
+  EXPECT_GT(seen.size(), 1u);
+
+  ExpectResumeAfterStep3OnTheCurveOf(spec, full);
 
   // A batch of 17 fits in none of the buckets.
   spec.train.batch_size = 17;

@@ -40,6 +40,10 @@ void StepMetrics::Report(StepReport r, const std::vector<int>& buckets) {
   r.clips_per_second = global_batch / r.step_seconds;
   r.peak_memory_bytes = PeakMemory();
   r.mfu_ratio = Mfu(r.clips_per_second / std::max(1, world_size_), buckets);
+  r.bucket = buckets.empty() ? 0 : buckets.front();
+  for (int b : buckets) {
+    if (b != r.bucket) r.bucket = -1;  // several in one step
+  }
   r.time = NowSeconds();
   SetDeviceValues(device_sampler_.Sample(), &r);
   reporter_.OnStep(r);

@@ -35,7 +35,8 @@ class StepMetrics {
 
   // Fills in total_steps, clips_per_second (from step_seconds), peak_memory_bytes, mfu_ratio,
   // time and the device values of `report`, which holds the loop's own numbers, and reports it.
-  // `buckets`: the shape bucket of each of the step's micro-batches (empty: bucket 0).
+  // `buckets`: the shape bucket of each of the step's micro-batches (empty: bucket 0); the
+  // report's `bucket` is theirs, or -1 when they differ.
   void Report(StepReport report, const std::vector<int>& buckets = {});
 
  private:
