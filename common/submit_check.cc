@@ -96,27 +96,15 @@ std::optional<int64_t> MotionFramesLimit(const ModelSpec& m) {
 }
 
 std::optional<int64_t> CacheFrames(const std::string& cache_dir) {
-  const auto settings = ReadCacheSettings(cache_dir);
-  return settings ? settings->frames : std::nullopt;
-}
-
-std::optional<CacheSettings> ReadCacheSettings(const std::string& cache_dir) {
   const std::string text = ReadFileText(cache_dir + "/settings.json");
   if (text.empty()) return std::nullopt;
-  CacheSettings out;
   try {
     const auto j = nlohmann::json::parse(text);
-    if (j.contains("frames") && j["frames"].is_number_integer())
-      out.frames = j["frames"].get<int64_t>();
-    if (j.contains("sample_width") && j["sample_width"].is_number_integer() &&
-        j.contains("sample_height") && j["sample_height"].is_number_integer()) {
-      out.size = std::pair{std::to_string(j["sample_width"].get<int64_t>()),
-                           std::to_string(j["sample_height"].get<int64_t>())};
-    }
+    if (j.contains("frames") && j["frames"].is_number_integer()) return j["frames"].get<int64_t>();
   } catch (const nlohmann::json::exception&) {
-    return std::nullopt;  // the worker names a malformed cache
+    // the worker names a malformed cache
   }
-  return out;
+  return std::nullopt;
 }
 
 Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
@@ -153,9 +141,7 @@ Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
     }
     for (const auto& [field, path] : caches) {
       ADCTL_RETURN_IF_ERROR(check_cache(field.c_str(), path));
-      const std::optional<CacheSettings> settings = ReadCacheSettings(path);
-      if (!settings) continue;
-      if (const auto frames = settings->frames) {
+      if (const auto frames = CacheFrames(path)) {
         if (inputs.data_frames_set && *frames != spec.data.frames) {
           return InvalidArgument("data.frames: " + std::to_string(spec.data.frames) +
                                  ", and the cache in " + path + " was made with " +

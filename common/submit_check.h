@@ -32,13 +32,6 @@ std::optional<int64_t> MotionFramesLimit(const ModelSpec& m);
 // The frames a latent cache was made with (its settings.json); nullopt when it does not say.
 std::optional<int64_t> CacheFrames(const std::string& cache_dir);
 
-// What a latent cache's settings.json says of its clips' shape (what it says).
-struct CacheSettings {
-  std::optional<int64_t> frames;
-  std::optional<std::pair<std::string, std::string>> size;  // pixels: (width, height)
-};
-std::optional<CacheSettings> ReadCacheSettings(const std::string& cache_dir);
-
 // Whether a spec's YAML text or its `--set` overrides ("data.frames=8") name the dotted field
 // `path` (as opposed to leaving its default).
 bool SpecNamesField(const std::string& yaml_text, const std::vector<std::string>& overrides,

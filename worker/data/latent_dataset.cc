@@ -17,7 +17,6 @@ std::string LatentShape::ToString() const {
 
 std::vector<int> ClipBuckets(const LatentDataset& dataset) {
   std::vector<int> buckets;
-  if (dataset.buckets() <= 1) return buckets;
   buckets.reserve(static_cast<size_t>(dataset.size()));
   for (int64_t i = 0; i < dataset.size(); ++i) buckets.push_back(dataset.bucket(i));
   return buckets;

@@ -74,7 +74,7 @@ class LatentDataset {
   }
 };
 
-// Each clip's bucket (DistributedSampler's bucketed constructor), or empty with one bucket.
+// Each clip's bucket (DistributedSampler's bucketed constructor).
 std::vector<int> ClipBuckets(const LatentDataset& dataset);
 // "16x64x64": frames × latent height × width, the name of a bucket in metrics and events.
 std::string BucketName(const LatentShape& shape);

@@ -147,7 +147,8 @@ std::vector<int64_t> DistributedSampler::NextBucketed(int64_t count) {
   const int64_t global = world_size_ * count;
   // A run resumed with another global batch may stand between two batches: the next begins.
   if (position_ % global != 0) position_ = (position_ / global + 1) * global;
-  if (position_ + global > EpochLength(global)) {
+  const int64_t epoch_length = EpochLength(global);
+  if (position_ + global > epoch_length) {
     ++epoch_;
     position_ = 0;
   }
@@ -165,7 +166,7 @@ std::vector<int64_t> DistributedSampler::NextBucketed(int64_t count) {
   last_start_ = position_;
   last_count_ = count;
   last_bucket_ = static_cast<int>(b);
-  last_epoch_length_ = EpochLength(global);
+  last_epoch_length_ = epoch_length;
   position_ += global;
   return indices;
 }

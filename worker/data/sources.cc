@@ -153,15 +153,15 @@ SourceMix::SourceMix(std::vector<Source> sources, std::vector<int64_t> slots, ui
   for (const Source& s : sources_) buckets_.Add(*s.clips);
 }
 
-int SourceMix::bucket(int64_t index) const {
-  const auto source = static_cast<size_t>(
-      std::upper_bound(offsets_.begin(), offsets_.end(), index) - offsets_.begin() - 1);
-  return buckets_.map()[source].front();
+size_t SourceMix::SourceOf(int64_t index) const {
+  return static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), index) -
+                             offsets_.begin() - 1);
 }
 
+int SourceMix::bucket(int64_t index) const { return buckets_.map()[SourceOf(index)].front(); }
+
 SourceMix::Place SourceMix::Locate(int64_t index, int64_t epoch) const {
-  const auto source = static_cast<size_t>(
-      std::upper_bound(offsets_.begin(), offsets_.end(), index) - offsets_.begin() - 1);
+  const size_t source = SourceOf(index);
   const int64_t clips = sources_[source].clips->size();
   // The source's c-th draw over the run: its slots of earlier epochs, then this one's.
   const int64_t c = epoch * slots(source) + (index - offsets_[source]);

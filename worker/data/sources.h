@@ -150,6 +150,7 @@ class SourceMix : public LatentDataset {
 
  private:
   SourceMix(std::vector<Source> sources, std::vector<int64_t> slots, uint64_t seed);
+  size_t SourceOf(int64_t index) const;  // the source whose slots hold `index`
 
   std::vector<Source> sources_;
   std::vector<int64_t> offsets_;  // offsets_[i]: source i's first slot; back(): slots an epoch

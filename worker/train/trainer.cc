@@ -172,11 +172,9 @@ class Trainer {
         }
       }
     }
-    const auto seed = static_cast<uint64_t>(spec_.train.seed);
-    sampler_ = dataset_->buckets() > 1 ? std::make_unique<DistributedSampler>(
-                                             ClipBuckets(*dataset_), o_.rank, o_.world_size, seed)
-                                       : std::make_unique<DistributedSampler>(
-                                             dataset_->size(), o_.rank, o_.world_size, seed);
+    // One bucket: the sampler's plain rule.
+    sampler_ = std::make_unique<DistributedSampler>(ClipBuckets(*dataset_), o_.rank, o_.world_size,
+                                                    static_cast<uint64_t>(spec_.train.seed));
     auto fits = DistributedSampler::CheckFits(sampler_->bucket_sizes(), o_.world_size,
                                               spec_.train.batch_size);
     if (!fits.ok()) return Failure{kExitBadSpec, fits.ToString()};
