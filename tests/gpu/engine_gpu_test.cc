@@ -8,6 +8,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
 #include "common/worker_contract.h"
+#include "tests/testing/synthetic_data.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/data/latent_dataset.h"
 #include "worker/model/lora.h"
@@ -320,17 +321,12 @@ TEST_F(EngineGpuTest, CudaGraphStepsTrainLikeEagerSteps) {
 TEST_F(EngineGpuTest, CudaGraphsCaptureEveryShapeBucket) {
   const TempDir tmp;
   const fs::path root(tmp.path());
-  DataSpec square;
-  square.num_samples = 16;
-  square.frames = 8;
-  square.height = square.width = 16;
-  square.text_len = 4;
-  DataSpec wide = square;
-  wide.seed = 3;
-  wide.frames = 12;
-  wide.width = 24;
-  ASSERT_TRUE(WriteSyntheticShards(square, 4, 32, (root / "square").string(), 8).ok());
-  ASSERT_TRUE(WriteSyntheticShards(wide, 4, 32, (root / "wide").string(), 8).ok());
+  ASSERT_TRUE(
+      WriteSyntheticShards(SyntheticClips(16, 8, 16, 16), 4, 32, (root / "square").string(), 8)
+          .ok());
+  ASSERT_TRUE(
+      WriteSyntheticShards(SyntheticClips(16, 12, 16, 24, 3), 4, 32, (root / "wide").string(), 8)
+          .ok());
   std::map<bool, std::vector<double>> losses;
   for (bool graphs : {false, true}) {
     RecordingReporter rep;

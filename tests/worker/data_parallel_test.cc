@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/worker_contract.h"
+#include "tests/testing/synthetic_data.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/worker_process.h"
 #include "worker/data/latent_dataset.h"
@@ -98,17 +99,12 @@ TEST_F(DataParallelTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
 std::vector<std::string> TwoCaches(const fs::path& root, int64_t b_clips, int64_t b_frames,
                                    const std::string& a_extra, const std::string& b_extra,
                                    int steps) {
-  DataSpec a;
-  a.num_samples = 12;
-  a.frames = 4;
-  a.height = a.width = 8;
-  a.text_len = 4;
-  DataSpec b = a;
-  b.seed = 9;
-  b.num_samples = b_clips;
-  b.frames = b_frames;
-  EXPECT_TRUE(WriteSyntheticShards(a, 4, 32, (root / "cache-a").string(), 4).ok());
-  EXPECT_TRUE(WriteSyntheticShards(b, 4, 32, (root / "cache-b").string(), 4).ok());
+  EXPECT_TRUE(
+      WriteSyntheticShards(SyntheticClips(12, 4, 8, 8), 4, 32, (root / "cache-a").string(), 4)
+          .ok());
+  EXPECT_TRUE(WriteSyntheticShards(SyntheticClips(b_clips, b_frames, 8, 8, 9), 4, 32,
+                                   (root / "cache-b").string(), 4)
+                  .ok());
   return {"--set",
           "data.kind=latents",
           "--set",
