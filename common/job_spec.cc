@@ -146,6 +146,7 @@ void ForEachField(Spec& s, F&& f) {
   f("preprocess.windows_per_video", s.preprocess.windows_per_video);
   f("preprocess.window_placement", s.preprocess.window_placement);
   f("preprocess.flip", s.preprocess.flip);
+  f("preprocess.buckets", s.preprocess.buckets);
   f("train.max_steps", s.train.max_steps, Bound::Within(1, kMaxSteps));
   f("train.batch_size", s.train.batch_size, Bound::Within(1, 4096));
   f("train.grad_accum", s.train.grad_accum, Bound::Within(1, 65536));
@@ -274,6 +275,7 @@ bool IsUnsetLauncherField(const std::string& path, const JobSpec& spec) {
   if (path.rfind("checkpoint.keep_best.", 0) == 0) return spec.checkpoint.keep_best.k == 0;
   if (path == "validation.weights") return spec.validation.weights == WeightsSource::kRaw;
   if (path == "data.sources") return spec.data.sources.empty();
+  if (path == "preprocess.buckets") return spec.preprocess.buckets.empty();
   if (path == "model.motion_max_frames") return spec.model.motion_max_frames == 0;
   if (path == "train.rollback_lr_factor" || path == "train.max_rollbacks") {
     return spec.train.nan_policy != NanPolicy::kRollback;
@@ -354,28 +356,58 @@ Status Convert(const std::string& path, const YAML::Node& node, bool* out) {
   return Status::Ok();
 }
 
-// One of data.sources: a mapping {path, weight | repeats}.
-Status Convert(const std::string& path, const YAML::Node& node, DataSource* out) {
+// A mapping whose keys are strings, each once; `field(key, value)` converts one (or refuses an
+// unknown key).
+template <typename F>
+Status ConvertMapping(const std::string& path, const YAML::Node& node, const char* fields,
+                      F&& field) {
   if (!node.IsMap()) {
-    return InvalidArgument(path + ": expected a mapping {path, weight | repeats}, got " +
-                           Describe(node));
+    return InvalidArgument(path + ": expected a mapping " + fields + ", got " + Describe(node));
   }
   std::set<std::string> seen;
-  for (const auto& field : node) {
-    if (!field.first.IsScalar()) return InvalidArgument(path + ": keys must be strings");
-    const std::string key = field.first.Scalar();
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) return InvalidArgument(path + ": keys must be strings");
+    const std::string key = entry.first.Scalar();
     if (!seen.insert(key).second)
       return InvalidArgument("duplicate field '" + path + "." + key + "'");
-    if (key == "path") {
-      ADCTL_RETURN_IF_ERROR(Convert(path + ".path", field.second, &out->path));
-    } else if (key == "weight") {
-      ADCTL_RETURN_IF_ERROR(Convert(path + ".weight", field.second, &out->weight));
-    } else if (key == "repeats") {
-      ADCTL_RETURN_IF_ERROR(Convert(path + ".repeats", field.second, &out->repeats));
-    } else {
-      return InvalidArgument("unknown field '" + path + "." + key +
-                             "' (a source has path, weight, repeats)");
-    }
+    ADCTL_RETURN_IF_ERROR(field(key, entry.second));
+  }
+  return Status::Ok();
+}
+
+// One of data.sources: a mapping {path, weight | repeats}.
+Status Convert(const std::string& path, const YAML::Node& node, DataSource* out) {
+  return ConvertMapping(path, node, "{path, weight | repeats}",
+                        [&](const std::string& key, const YAML::Node& value) -> Status {
+                          if (key == "path") return Convert(path + ".path", value, &out->path);
+                          if (key == "weight")
+                            return Convert(path + ".weight", value, &out->weight);
+                          if (key == "repeats")
+                            return Convert(path + ".repeats", value, &out->repeats);
+                          return InvalidArgument("unknown field '" + path + "." + key +
+                                                 "' (a source has path, weight, repeats)");
+                        });
+}
+
+// One of preprocess.buckets: a mapping {width, height, frames}, all three given.
+Status Convert(const std::string& path, const YAML::Node& node, PreprocessBucket* out) {
+  std::set<std::string> given;
+  ADCTL_RETURN_IF_ERROR(
+      ConvertMapping(path, node, "{width, height, frames}",
+                     [&](const std::string& key, const YAML::Node& value) -> Status {
+                       int64_t* field = key == "width"    ? &out->width
+                                        : key == "height" ? &out->height
+                                        : key == "frames" ? &out->frames
+                                                          : nullptr;
+                       if (field == nullptr) {
+                         return InvalidArgument("unknown field '" + path + "." + key +
+                                                "' (a bucket has width, height, frames)");
+                       }
+                       given.insert(key);
+                       return Convert(path + "." + key, value, field);
+                     }));
+  for (const char* key : {"width", "height", "frames"}) {
+    if (!given.count(key)) return InvalidArgument(path + "." + key + ": required");
   }
   return Status::Ok();
 }
@@ -480,6 +512,10 @@ std::string EmitValue(const DataSource& v) {
   if (v.weight != 0) out += ", weight: " + FormatDouble(v.weight);
   if (v.repeats != 0) out += ", repeats: " + std::to_string(v.repeats);
   return out + "}";
+}
+std::string EmitValue(const PreprocessBucket& v) {
+  return "{width: " + std::to_string(v.width) + ", height: " + std::to_string(v.height) +
+         ", frames: " + std::to_string(v.frames) + "}";
 }
 template <typename T>
 std::string EmitValue(const std::vector<T>& v) {
@@ -612,8 +648,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
 }
 
 bool operator==(const JobSpec& a, const JobSpec& b) {
-  using Value = std::variant<std::string, int64_t, double, bool, std::vector<std::string>,
-                             std::vector<int64_t>, std::vector<DataSource>>;
+  using Value =
+      std::variant<std::string, int64_t, double, bool, std::vector<std::string>,
+                   std::vector<int64_t>, std::vector<DataSource>, std::vector<PreprocessBucket>>;
   auto collect = [](const JobSpec& s) {
     std::vector<Value> values;
     ForEachField(s, [&](const char*, const auto& v, auto&&...) {

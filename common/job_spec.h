@@ -186,6 +186,17 @@ struct DataSpec {
   int64_t sample_width = 256;
 };
 
+// One shape bucket of a preprocess job (preprocess.buckets): pixel width × height after resize
+// and centre crop, and frames a clip.
+struct PreprocessBucket {
+  int64_t width = 0;
+  int64_t height = 0;
+  int64_t frames = 0;
+  bool operator==(const PreprocessBucket& o) const {
+    return width == o.width && height == o.height && frames == o.frames;
+  }
+};
+
 // Turning videos into a latent cache (kind: preprocess).
 struct PreprocessSpec {
   std::string output;       // cache directory (required); train with data.kind: latents
@@ -203,6 +214,11 @@ struct PreprocessSpec {
   // Also store each clip's horizontally flipped latents (the frames flipped before encoding);
   // training draws one of the two per draw.
   bool flip = false;
+  // Shape buckets: each video goes to the bucket of the nearest aspect ratio and is resized and
+  // centre-cropped to its size, windows of its frames. The cache holds one sub-cache a bucket
+  // (worker/data/latent_cache.h); training draws each batch from one. Empty: one shape,
+  // data.sample_width × sample_height × frames.
+  std::vector<PreprocessBucket> buckets;
 };
 
 // An exponential moving average of the trained weights (worker/train/ema.h) by diffusers

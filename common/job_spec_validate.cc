@@ -21,6 +21,7 @@ using job_spec_internal::Bound;
 using job_spec_internal::FirstInvalidUtf8;
 using job_spec_internal::FormatDouble;
 using job_spec_internal::kMaxBatchLatents;
+using job_spec_internal::kMaxFrames;
 using job_spec_internal::kMaxLatentSide;
 
 // ---- Validation helpers ----------------------------------------------------------------------
@@ -128,6 +129,33 @@ namespace {
 
 // model.lora: its own numbers, and a base whose motion modules are trained (a LoRA on random
 // ones learns nothing a user can load).
+// preprocess.buckets: at most 16, each side a multiple of 8 (the VAE's factor), frames in
+// range, no two alike.
+Status ValidateBuckets(const std::vector<PreprocessBucket>& buckets) {
+  if (buckets.size() > 16) {
+    return InvalidArgument("preprocess.buckets: at most 16 buckets, got " +
+                           std::to_string(buckets.size()));
+  }
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const PreprocessBucket& b = buckets[i];
+    const std::string at = "preprocess.buckets[" + std::to_string(i) + "]";
+    for (auto [key, v] : {std::pair{".width", b.width}, std::pair{".height", b.height}}) {
+      if (v < 8 || v % 8 != 0 || v > 8 * kMaxLatentSide) {
+        return InvalidArgument(at + key + ": must be a multiple of 8 in [8, " +
+                               std::to_string(8 * kMaxLatentSide) + "], got " + Show(v));
+      }
+    }
+    ADCTL_RETURN_IF_ERROR(Within<int64_t>((at + ".frames").c_str(), b.frames, 1, kMaxFrames));
+    for (size_t j = 0; j < i; ++j) {
+      if (buckets[j] == b) {
+        return InvalidArgument(at + ": the same bucket as preprocess.buckets[" + std::to_string(j) +
+                               "]");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // data.sources: latent caches only, each a path with a weight or repeats, all weighted or none.
 Status ValidateSources(const DataSpec& d) {
   if (d.kind != DataKind::kLatents) {
@@ -312,9 +340,13 @@ Status ValidateJobSpec(const JobSpec& s) {
     ADCTL_RETURN_IF_ERROR(AtLeast<int64_t>("preprocess.max_clips", p.max_clips, 0));
     ADCTL_RETURN_IF_ERROR(
         Within<int64_t>("preprocess.windows_per_video", p.windows_per_video, 1, 64));
+    ADCTL_RETURN_IF_ERROR(ValidateBuckets(p.buckets));
   } else if (!s.preprocess.output.empty()) {
     return InvalidArgument("preprocess.output: only used by kind 'preprocess', got " +
                            Show(s.preprocess.output));
+  }
+  if (!s.preprocess.buckets.empty() && s.kind != JobKind::kPreprocess) {
+    return InvalidArgument("preprocess.buckets: only used by kind 'preprocess'");
   }
   if (!d.sources.empty()) {
     ADCTL_RETURN_IF_ERROR(ValidateSources(d));

@@ -95,16 +95,25 @@ std::optional<int64_t> MotionFramesLimit(const ModelSpec& m) {
   return std::max(*table, m.motion_max_frames);
 }
 
-std::optional<int64_t> CacheFrames(const std::string& cache_dir) {
+std::vector<int64_t> CacheFrames(const std::string& cache_dir) {
   const std::string text = ReadFileText(cache_dir + "/settings.json");
-  if (text.empty()) return std::nullopt;
+  if (text.empty()) return {};
+  std::vector<int64_t> frames;
   try {
     const auto j = nlohmann::json::parse(text);
-    if (j.contains("frames") && j["frames"].is_number_integer()) return j["frames"].get<int64_t>();
+    if (j.contains("buckets") && j["buckets"].is_array()) {
+      for (const auto& b : j["buckets"]) {
+        if (b.is_object() && b.contains("frames") && b["frames"].is_number_integer()) {
+          frames.push_back(b["frames"].get<int64_t>());
+        }
+      }
+    } else if (j.contains("frames") && j["frames"].is_number_integer()) {
+      frames.push_back(j["frames"].get<int64_t>());
+    }
   } catch (const nlohmann::json::exception&) {
     // the worker names a malformed cache
   }
-  return std::nullopt;
+  return frames;
 }
 
 Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
@@ -141,16 +150,16 @@ Status CheckSubmitInputs(const JobSpec& spec, const SubmitInputs& inputs) {
     }
     for (const auto& [field, path] : caches) {
       ADCTL_RETURN_IF_ERROR(check_cache(field.c_str(), path));
-      if (const auto frames = CacheFrames(path)) {
-        if (inputs.data_frames_set && *frames != spec.data.frames) {
+      for (const int64_t frames : CacheFrames(path)) {
+        if (inputs.data_frames_set && frames != spec.data.frames) {
           return InvalidArgument("data.frames: " + std::to_string(spec.data.frames) +
                                  ", and the cache in " + path + " was made with " +
-                                 std::to_string(*frames) +
+                                 std::to_string(frames) +
                                  " frames a clip (remove data.frames to train on the cache's)");
         }
-        if (const auto limit = MotionFramesLimit(spec.model); limit && *frames > *limit) {
+        if (const auto limit = MotionFramesLimit(spec.model); limit && frames > *limit) {
           return InvalidArgument(
-              field + ": the cache in " + path + " holds clips of " + std::to_string(*frames) +
+              field + ": the cache in " + path + " holds clips of " + std::to_string(frames) +
               " frames; the motion modules hold at most " + std::to_string(*limit));
         }
       }

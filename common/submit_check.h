@@ -29,8 +29,9 @@ namespace adctl {
 // is not there yet).
 std::optional<int64_t> MotionFramesLimit(const ModelSpec& m);
 
-// The frames a latent cache was made with (its settings.json); nullopt when it does not say.
-std::optional<int64_t> CacheFrames(const std::string& cache_dir);
+// The frames a clip of a latent cache (its settings.json): one entry, or one a shape bucket
+// (preprocess.buckets); empty when it does not say.
+std::vector<int64_t> CacheFrames(const std::string& cache_dir);
 
 // Whether a spec's YAML text or its `--set` overrides ("data.frames=8") name the dotted field
 // `path` (as opposed to leaving its default).

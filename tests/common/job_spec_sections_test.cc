@@ -262,6 +262,54 @@ TEST(JobSpecTest, DataSourcesAreAListOfWeightedOrRepeatedCaches) {
               HasSubstr("data.sources: only used with data.kind 'latents', got kind 'synthetic'"));
 }
 
+// preprocess.buckets (issue 32 item 4): a list of {width, height, frames}, round-tripped, for
+// preprocess jobs only, each a size the VAE takes.
+TEST(JobSpecTest, PreprocessBucketsAreAListOfPixelSizesAndFrames) {
+  const std::string base =
+      "kind: preprocess\nmodel: {pretrained: /sd}\n"
+      "data: {kind: video, csv: /v/videos.csv, video_dir: /v}\n";
+  auto spec = ParseJobSpec(base +
+                           "preprocess:\n  output: /c\n  buckets:\n"
+                           "    - {width: 512, height: 320, frames: 16}\n"
+                           "    - {width: 320, height: 512, frames: 12}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->preprocess.buckets.size(), 2u);
+  EXPECT_EQ(spec->preprocess.buckets[0], (PreprocessBucket{512, 320, 16}));
+  EXPECT_EQ(spec->preprocess.buckets[1], (PreprocessBucket{320, 512, 12}));
+  const std::string yaml = JobSpecToYaml(*spec);
+  EXPECT_THAT(yaml, HasSubstr("  buckets: [{width: 512, height: 320, frames: 16}, "
+                              "{width: 320, height: 512, frames: 12}]\n"));
+  auto again = ParseJobSpec(yaml);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(*again == *spec);
+  EXPECT_EQ(JobSpecToYaml(*ParseJobSpec(base + "preprocess: {output: /c}\n")).find("buckets"),
+            std::string::npos)
+      << "left out of a one-shape spec";
+
+  for (const auto& [buckets, message] : std::vector<std::pair<std::string, std::string>>{
+           {"[{width: 512, height: 320}]", "preprocess.buckets[0].frames: required"},
+           {"[{width: 512, height: 320, frames: 16, fps: 8}]",
+            "unknown field 'preprocess.buckets[0].fps' (a bucket has width, height, frames)"},
+           {"[{width: 510, height: 320, frames: 16}]",
+            "preprocess.buckets[0].width: must be a multiple of 8 in [8, 8192], got 510"},
+           {"[{width: 512, height: 0, frames: 16}]", "preprocess.buckets[0].height: must be"},
+           {"[{width: 512, height: 320, frames: 0}]",
+            "preprocess.buckets[0].frames: must be in [1, 1024]"},
+           {"[{width: 64, height: 64, frames: 8}, {width: 64, height: 64, frames: 8}]",
+            "preprocess.buckets[1]: the same bucket as preprocess.buckets[0]"},
+           {"[512, 320]", "preprocess.buckets[0]: expected a mapping {width, height, frames}"},
+       }) {
+    auto bad = ParseJobSpec(base + "preprocess: {output: /c, buckets: " + buckets + "}\n");
+    ASSERT_FALSE(bad.ok()) << buckets;
+    EXPECT_THAT(bad.status().message(), HasSubstr(message)) << buckets;
+  }
+  auto training = ParseJobSpec(
+      "model: {preset: tiny}\npreprocess: {buckets: [{width: 64, height: 64, frames: 8}]}\n");
+  ASSERT_FALSE(training.ok());
+  EXPECT_THAT(training.status().message(),
+              HasSubstr("preprocess.buckets: only used by kind 'preprocess'"));
+}
+
 // train.nan_policy (issue 31 item 7): fail or rollback, the rollbacks bounded by the restarts.
 TEST(JobSpecTest, NanPolicyRollbackIsBoundedByTheRestarts) {
   const std::string base = "model: {preset: tiny}\n";

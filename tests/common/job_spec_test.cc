@@ -401,6 +401,7 @@ TEST(JobSpecTest, CanonicalYamlHasEveryField) {
   spec.checkpoint.keep_best.k = 2;
   spec.model.motion_max_frames = 64;                 // and the stretched table when it is asked for
   spec.data.sources = {{"/c", 1, 0}};                // and data.sources when a mix is asked for
+  spec.preprocess.buckets = {{64, 64, 8}};           // and preprocess.buckets when asked for
   spec.train.nan_policy = NanPolicy::kRollback;      // and the rollback's fields with that policy
   spec.notify.webhooks = {"https://example.com/h"};  // and notify when it names a URL
   // and preemption when it is asked for (not valid with slurm, but writing does not check)

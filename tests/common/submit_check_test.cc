@@ -142,5 +142,29 @@ TEST(SpecNamesFieldTest, TheYamlOrAnOverrideNamesIt) {
   EXPECT_FALSE(SpecNamesField("{{{", {}, "data.frames"));
 }
 
+// A cache made with preprocess.buckets: every bucket's frames are checked like a cache's.
+TEST_F(SubmitCheckTest, EveryShapeBucketOfACacheIsCheckedAgainstTheModules) {
+  const fs::path cache = dir_ / "bucketed";
+  fs::create_directories(cache / "buckets");
+  std::ofstream(cache / "settings.json")
+      << "{\"frames\": 16, \"buckets\": [{\"width\": 512, \"height\": 320, \"frames\": 16}, "
+         "{\"width\": 320, \"height\": 512, \"frames\": 40}]}\n";
+  EXPECT_EQ(CacheFrames(cache.string()), (std::vector<int64_t>{16, 40}));
+  JobSpec s = Tiny();
+  s.data.kind = DataKind::kLatents;
+  s.data.path = cache.string();
+  EXPECT_THAT(CheckSubmitInputs(s, {}).message(),
+              HasSubstr("data.path: the cache in " + cache.string() +
+                        " holds clips of 40 frames; the motion modules hold at most 32"));
+  std::ofstream(cache / "settings.json")
+      << "{\"frames\": 16, \"buckets\": [{\"width\": 512, \"height\": 320, \"frames\": 16}, "
+         "{\"width\": 320, \"height\": 512, \"frames\": 24}]}\n";
+  EXPECT_TRUE(CheckSubmitInputs(s, {}).ok());
+  SubmitInputs set;
+  set.data_frames_set = true;
+  s.data.frames = 16;
+  EXPECT_THAT(CheckSubmitInputs(s, set).message(), HasSubstr("was made with 24 frames a clip"));
+}
+
 }  // namespace
 }  // namespace adctl

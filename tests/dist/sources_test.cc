@@ -180,6 +180,45 @@ TEST(SourceMixTest, SourcesOfAnotherFrameCountAreShapeBucketsOfTheirOwn) {
   EXPECT_EQ(held.bucket_shape(0).frames, 8);
 }
 
+// A source of several shapes (a cache made with preprocess.buckets) enters a mix as one source
+// a bucket: each with the source's repeats, or its weight shared by the buckets' clips.
+TEST(SourceMixTest, ASourceOfSeveralShapesIsOneSourceABucket) {
+  const auto bucketed = std::make_shared<ConcatDataset>(
+      std::vector<std::shared_ptr<const LatentDataset>>{Synthetic(30, 1), Synthetic(10, 2, 8)});
+  ASSERT_EQ(bucketed->buckets(), 2);
+  auto weighted = Mix({{bucketed, "/b", 4, 0}, {Synthetic(40, 3), "/c", 4, 0}});
+  ASSERT_EQ(weighted->sources(), 3u);
+  ASSERT_EQ(weighted->buckets(), 2);
+  // /b's weight 4 split 3:1 by its buckets' clips; /c keeps 4: 37.5 %, 12.5 %, 50 %.
+  EXPECT_EQ(weighted->slots(0), 375);
+  EXPECT_EQ(weighted->slots(1), 125);
+  EXPECT_EQ(weighted->slots(2), 500);
+  EXPECT_THAT(weighted->Describe(), HasSubstr("/b [4x4x4] (30 clips of 4x4x4, weight 3:"));
+  EXPECT_THAT(weighted->Describe(), HasSubstr("/b [8x4x4] (10 clips of 8x4x4, weight 1:"));
+  auto gen = at::detail::createCPUGenerator(0);
+  for (int64_t i = 0; i < weighted->size(); i += 7) {
+    const int b = weighted->bucket(i);
+    EXPECT_EQ(b, i >= 375 && i < 500 ? 1 : 0) << "slot " << i;
+    EXPECT_EQ(weighted->DrawAt(i, 1, gen, 0).latents.size(1), weighted->bucket_shape(b).frames);
+  }
+  // Each bucket's slots walk through that bucket's clips only: all 10 8-frame clips, each once
+  // per round.
+  std::map<float, int> eight;
+  for (int64_t epoch = 0; epoch < 4; ++epoch) {
+    for (int64_t i = 375; i < 500; ++i) {
+      ++eight[weighted->DrawAt(i, epoch, gen, 0).latents.sum().item<float>()];
+    }
+  }
+  EXPECT_EQ(eight.size(), 10u);
+  for (const auto& [sum, n] : eight) EXPECT_EQ(n, 50) << sum;
+
+  auto repeated = Mix({{bucketed, "/b", 0, 2}, {Synthetic(5, 3), "/c", 0, 1}});
+  ASSERT_EQ(repeated->sources(), 3u);
+  EXPECT_EQ(repeated->slots(0), 60);
+  EXPECT_EQ(repeated->slots(1), 20);
+  EXPECT_EQ(repeated->slots(2), 5);
+}
+
 TEST(SourceMixTest, SourcesOfAnotherTextShapeAreRefused) {
   auto mix =
       SourceMix::Create({{Synthetic(10, 1), "/a", 1, 0}, {Synthetic(10, 2, 8, 3), "/b", 1, 0}}, 0);

@@ -103,7 +103,9 @@ class RealDataTest : public ::testing::Test {
     return path.string();
   }
 
-  std::string PreprocessSpec(const std::string& out, int64_t frames, int64_t shard_size) {
+  // `more`: further preprocess fields (", flip: true").
+  std::string PreprocessSpec(const std::string& out, int64_t frames, int64_t shard_size,
+                             const std::string& more = "") {
     return "kind: preprocess\n"
            "model: {pretrained: " +
            (root_ / "sd").string() +
@@ -113,7 +115,23 @@ class RealDataTest : public ::testing::Test {
            ", video_dir: " + (root_ / "videos").string() + ", frames: " + std::to_string(frames) +
            ", stride: 2, sample_height: 32, sample_width: 32}\n"
            "preprocess: {output: " +
-           out + ", shard_size: " + std::to_string(shard_size) + ", decode_threads: 2}\n";
+           out + ", shard_size: " + std::to_string(shard_size) + ", decode_threads: 2" + more +
+           "}\n";
+  }
+
+  // Trains the tiny SD folder's motion modules for `steps` steps of batch 1 on latents
+  // (`data`: the fields after kind) as job `name`; returns the worker's log, empty on failure.
+  std::string TrainTinySteps(const std::string& name, const std::string& data, int steps) {
+    const auto spec = WriteSpec(name, "model: {pretrained: " + (root_ / "sd").string() +
+                                          "}\ndata: {kind: latents, " + data +
+                                          "}\ntrain: {max_steps: " + std::to_string(steps) +
+                                          ", batch_size: 1}\ncheckpoint: {every_steps: 0}\n");
+    const auto dir = (root_ / ("job-" + name)).string();
+    fs::create_directories(dir);
+    const std::string log = (root_ / (name + ".log")).string();
+    const int code = RunWorker({ADWORKER, "train", "--spec", spec, "--job-dir", dir}, log);
+    EXPECT_EQ(code, 0) << ReadAll(log);
+    return code == 0 ? ReadAll(log) : std::string();
   }
 
   static std::unique_ptr<TempDir> dir_;  // removed after the suite's tests
@@ -235,12 +253,8 @@ TEST_F(RealDataTest, PreprocessSkipsBadVideosResumesAfterKillAndTrainsOnTheCache
 // the same output with other windows or without flip is refused, naming what differs.
 TEST_F(RealDataTest, WindowsAndFlipGiveMoreClipsAndTrainingDrawsBothSides) {
   const std::string cache = (root_ / "cache-windows").string();
-  std::string yaml = PreprocessSpec(cache, 4, 4);
-  const std::string threads = "decode_threads: 2}";
-  ASSERT_NE(yaml.find(threads), std::string::npos);
-  yaml.replace(yaml.find(threads), threads.size(),
-               "decode_threads: 2, windows_per_video: 3, flip: true}");
-  const auto spec = WriteSpec("pre-windows", yaml);
+  const auto spec =
+      WriteSpec("pre-windows", PreprocessSpec(cache, 4, 4, ", windows_per_video: 3, flip: true"));
   const auto job = (root_ / "job-windows").string();
   fs::create_directories(job);
   const std::string log_path = (root_ / "pre-windows.log").string();
@@ -343,6 +357,124 @@ TEST_F(RealDataTest, WindowsAndFlipGiveMoreClipsAndTrainingDrawsBothSides) {
   const std::string said = ReadAll(refused_log);
   EXPECT_NE(said.find("windows_per_video 3 → unset"), std::string::npos) << said;
   EXPECT_NE(said.find("flip true → unset"), std::string::npos) << said;
+}
+
+// The nearest aspect ratio on a log scale: landscape, portrait and square videos each find
+// theirs; a tie goes to the earlier bucket.
+TEST(NearestAspectBucketTest, LandscapePortraitAndSquareFindTheirBucket) {
+  const std::vector<PreprocessBucket> buckets = {{512, 320, 16}, {320, 512, 16}, {384, 384, 16}};
+  EXPECT_EQ(NearestAspectBucket(1920, 1080, buckets), 0);
+  EXPECT_EQ(NearestAspectBucket(1080, 1920, buckets), 1);
+  EXPECT_EQ(NearestAspectBucket(640, 600, buckets), 2);
+  EXPECT_EQ(NearestAspectBucket(0, 0, buckets), 0);
+  // 4:3 is nearer 16:10 than 1:1 (|ln 1.333 − ln 1.6| = 0.18 < 0.29).
+  EXPECT_EQ(NearestAspectBucket(640, 480, buckets), 0);
+  const std::vector<PreprocessBucket> mirrored = {{64, 32, 8}, {32, 64, 8}};
+  EXPECT_EQ(NearestAspectBucket(50, 50, mirrored), 0);
+}
+
+// preprocess.buckets (issue 32 item 4): each video lands in the bucket of its nearest aspect
+// ratio, resized, cropped and windowed to that bucket's size and frames; each bucket is a cache
+// of its own inside the output; a run killed between a shard's bucket files resumes without
+// losing or duplicating a clip; training reads the cache as shape buckets, alone or in a mix.
+TEST_F(RealDataTest, BucketsSortVideosByAspectRatioAndTrainAsShapeBuckets) {
+  const std::string cache = (root_ / "cache-buckets").string();
+  const auto spec = WriteSpec("pre-buckets", PreprocessSpec(cache, 4, 4,
+                                                            ", buckets: [{width: 32, height: 32, "
+                                                            "frames: 4}, {width: 48, height: 32, "
+                                                            "frames: 6}]"));
+  const std::vector<PreprocessBucket> buckets = {{32, 32, 4}, {48, 32, 6}};
+  const auto job = (root_ / "job-buckets").string();
+  fs::create_directories(job);
+  const fs::path square = fs::path(cache) / "buckets" / "4x32x32";
+  const fs::path wide = fs::path(cache) / "buckets" / "6x32x48";
+  // Killed once the first bucket's file of shard 0 is there: the shard is done only when every
+  // bucket's file of it is.
+  const std::string log1 = (root_ / "pre-buckets-1.log").string();
+  ASSERT_EQ(RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job}, log1,
+                      std::chrono::seconds(240), nullptr,
+                      [&] { return fs::exists(square / CacheShardName(0)); }),
+            -9)
+      << ReadAll(log1);
+  ASSERT_FALSE(fs::exists(fs::path(cache) / kCacheIndexFile));
+  const std::string log2 = (root_ / "pre-buckets-2.log").string();
+  ASSERT_EQ(RunWorker({ADWORKER, "preprocess", "--spec", spec, "--job-dir", job, "--metrics-out",
+                       job + "/metrics.jsonl"},
+                      log2),
+            0)
+      << ReadAll(log2);
+
+  auto index = ReadLatentCacheIndex(cache);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_TRUE(index->shards.empty());
+  EXPECT_EQ(index->clips, 8);
+  EXPECT_EQ(index->skipped_total, 3);
+  ASSERT_EQ(index->buckets.size(), 2u);
+  EXPECT_EQ(index->buckets[0].dir, "buckets/4x32x32");
+  EXPECT_EQ(index->buckets[1].dir, "buckets/6x32x48");
+  EXPECT_EQ(index->buckets[1].frames, 6);
+  EXPECT_GT(index->buckets[0].clips, 0);
+  EXPECT_GT(index->buckets[1].clips, 0);
+  EXPECT_EQ(index->buckets[0].clips + index->buckets[1].clips, 8);
+  // The last metric point counts the clips of both attempts: the cache's.
+  Json last;
+  std::istringstream lines(ReadAll(job + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    Json j = Json::parse(line);
+    if (j["event"] == "step") last = j;
+  }
+  EXPECT_EQ(last.value("samples_seen", int64_t{0}), 8) << last.dump();
+
+  auto rows = ReadVideoCsv((root_ / "videos" / "videos.csv").string(), (root_ / "videos").string());
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::set<std::string> seen;
+  for (size_t b = 0; b < 2; ++b) {
+    const fs::path dir = b == 0 ? square : wide;
+    auto sub = ReadLatentCacheIndex(dir.string());
+    ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_EQ(sub->clips, index->buckets[b].clips);
+    EXPECT_EQ(sub->settings_hash, index->settings_hash);
+    EXPECT_TRUE(fs::exists(dir / kEmptyCaptionFile));
+    for (const auto& shard : sub->shards) {
+      auto file = SafetensorsFile::Open((dir / shard.file).string());
+      ASSERT_TRUE(file.ok());
+      const Json ids = Json::parse((*file)->metadata().at("video_ids"));
+      const Json frames = Json::parse((*file)->metadata().at("frames"));
+      // The rows' skipped videos are recorded once, in the first bucket's shard.
+      if (b == 1) {
+        EXPECT_EQ(Json::parse((*file)->metadata().at("skipped")).size(), 0u);
+      }
+      for (size_t c = 0; c < ids.size(); ++c) {
+        const std::string id = ids[c].get<std::string>();
+        EXPECT_TRUE(seen.insert(id).second) << id << " twice";
+        EXPECT_EQ(frames[c].size(), static_cast<size_t>(buckets[b].frames)) << id;
+        for (const auto& row : *rows) {
+          if (row.video_id != id) continue;
+          auto reader = VideoReader::Open(row.path);
+          ASSERT_TRUE(reader.ok());
+          EXPECT_EQ(NearestAspectBucket(reader->info().width, reader->info().height, buckets),
+                    static_cast<int>(b))
+              << id << " is " << reader->info().width << "x" << reader->info().height;
+        }
+      }
+      if (shard.clips == 0) continue;
+      // [n, 4, F, H/4, W/4]: the tiny VAE downsamples 4x.
+      EXPECT_EQ((*file)->Find("latent_mean")->shape,
+                (std::vector<int64_t>{shard.clips, 4, buckets[b].frames, buckets[b].height / 4,
+                                      buckets[b].width / 4}));
+    }
+  }
+  EXPECT_EQ(seen.size(), 8u);
+
+  // Training on the cache: its buckets are the run's shape buckets.
+  std::string said = TrainTinySteps("train-buckets", "path: " + cache, 3);
+  EXPECT_NE(said.find("2 shape buckets"), std::string::npos) << said;
+  // In a mix, beside one of its own buckets (a cache of its own): one source a bucket.
+  said = TrainTinySteps(
+      "train-buckets-mix",
+      "sources: [{path: " + cache + ", weight: 2}, {path: " + square.string() + ", weight: 1}]", 2);
+  EXPECT_NE(said.find(cache + " [6x8x12]"), std::string::npos) << said;
+  EXPECT_NE(said.find(cache + " [4x8x8]"), std::string::npos) << said;
 }
 
 // A training job with a validation section renders MP4 + GIF samples and a grid at the asked

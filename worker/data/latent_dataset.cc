@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "worker/data/latent_cache.h"
+#include "worker/data/sources.h"
 #include "worker/model/weights.h"
 
 namespace adctl {
@@ -240,6 +241,35 @@ class ShardDataset : public LatentDataset {
   torch::Tensor empty_text_;
 };
 
+// A cache of shape buckets (preprocess.buckets): each bucket's cache, one after another.
+Result<std::unique_ptr<LatentDataset>> OpenBucketedCache(const std::string& dir,
+                                                         const LatentCacheIndex& index,
+                                                         int64_t channels, int64_t text_dim,
+                                                         const std::string& field) {
+  std::vector<std::shared_ptr<const LatentDataset>> parts;
+  for (const CacheBucketEntry& b : index.buckets) {
+    if (b.clips == 0) continue;  // no video had its aspect ratio
+    const std::string bucket_dir = (fs::path(dir) / b.dir).string();
+    auto bucket_index = ReadLatentCacheIndex(bucket_dir);
+    if (!bucket_index.ok()) {
+      return InvalidArgument(field + ": bucket " + b.dir + " of the cache " + dir + ": " +
+                             bucket_index.status().message());
+    }
+    if (bucket_index->settings_hash != index.settings_hash) {
+      return InvalidArgument(field + ": " + bucket_dir +
+                             " was made with other settings than the cache it is in");
+    }
+    auto part = ShardDataset::Open(bucket_dir, channels, text_dim, field);
+    if (!part.ok()) return part.status();
+    parts.emplace_back(std::move(*part));
+  }
+  if (parts.empty()) {
+    return InvalidArgument(field + ": the cache " + dir + " holds no clip (" +
+                           std::to_string(index.skipped_total) + " videos were skipped)");
+  }
+  return std::unique_ptr<LatentDataset>(new ConcatDataset(std::move(parts)));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<LatentDataset>> OpenLatentDataset(const DataSpec& spec, int64_t channels,
@@ -248,8 +278,13 @@ Result<std::unique_ptr<LatentDataset>> OpenLatentDataset(const DataSpec& spec, i
   if (spec.kind == DataKind::kSynthetic) {
     return std::unique_ptr<LatentDataset>(new SyntheticDataset(spec, channels, text_dim));
   }
-  if (spec.kind == DataKind::kLatents)
+  if (spec.kind == DataKind::kLatents) {
+    auto cache = ReadLatentCacheIndex(spec.path);
+    if (cache.ok() && !cache->buckets.empty()) {
+      return OpenBucketedCache(spec.path, *cache, channels, text_dim, field);
+    }
     return ShardDataset::Open(spec.path, channels, text_dim, field);
+  }
   return InvalidArgument("data.kind: unknown kind '" + Name(spec.kind) + "' (synthetic, latents)");
 }
 

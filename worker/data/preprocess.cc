@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -67,12 +68,30 @@ torch::Tensor PrepareFrames(const torch::Tensor& frames_u8, int64_t height, int6
   return (x * 2.0 - 1.0).contiguous();
 }
 
+int NearestAspectBucket(int64_t width, int64_t height,
+                        const std::vector<PreprocessBucket>& buckets) {
+  if (width <= 0 || height <= 0) return 0;
+  const double aspect = std::log(static_cast<double>(width) / static_cast<double>(height));
+  int best = 0;
+  double best_distance = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const double distance = std::abs(aspect - std::log(static_cast<double>(buckets[b].width) /
+                                                       static_cast<double>(buckets[b].height)));
+    if (b == 0 || distance < best_distance) {
+      best = static_cast<int>(b);
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
 namespace {
 
 // One CSV row after decoding: the prepared pixels, or why it was skipped.
 // One video's windows (preprocess.windows_per_video), each a clip of the cache.
 struct DecodedClip {
   int64_t row = 0;
+  int bucket = 0;  // preprocess.buckets' entry its aspect ratio chose
   std::string video_id, caption;
   std::vector<torch::Tensor> windows;        // [F, 3, H, W] in [−1, 1] each; empty when skipped
   std::vector<std::vector<int64_t>> frames;  // each window's frame indices
@@ -174,6 +193,10 @@ class Preprocess {
                                          " exists (first: " + entries_.front().path + ")"};
     }
     shard_size_ = spec_.preprocess.shard_size;
+    bucketed_ = !spec_.preprocess.buckets.empty();
+    buckets_ = bucketed_
+                   ? spec_.preprocess.buckets
+                   : std::vector<PreprocessBucket>{{d.sample_width, d.sample_height, d.frames}};
     num_shards_ = (static_cast<int64_t>(entries_.size()) + shard_size_ - 1) / shard_size_;
 
     const auto& pretrained = spec_.model.pretrained;
@@ -258,15 +281,24 @@ class Preprocess {
       settings_["window_placement"] = Name(p.window_placement);
     }
     if (p.flip) settings_["flip"] = true;
+    if (bucketed_) {
+      Json buckets = Json::array();
+      for (const PreprocessBucket& b : buckets_) {
+        buckets.push_back({{"width", b.width}, {"height", b.height}, {"frames", b.frames}});
+      }
+      settings_["buckets"] = std::move(buckets);
+    }
     settings_hash_ = Sha256Hex(settings_.dump());
     return std::nullopt;
   }
 
   // Refuses a cache made with other settings; rank 0 records the settings of a new one.
   std::optional<Failure> CheckExistingCache() {
-    if (Status made = MakePrivateDirectories((fs::path(out_) / kCacheShardDir).string());
-        !made.ok()) {
-      return Failure{kExitStorageError, "preprocess.output: " + made.message()};
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (Status made = MakePrivateDirectories((fs::path(BucketDir(b)) / kCacheShardDir).string());
+          !made.ok()) {
+        return Failure{kExitStorageError, "preprocess.output: " + made.message()};
+      }
     }
     const fs::path settings_path = fs::path(out_) / "settings.json";
     if (fs::exists(settings_path)) {
@@ -303,22 +335,32 @@ class Preprocess {
     }
     // Shards left by other settings (a settings.json deleted by hand) are refused too.
     for (int64_t s = 0; s < num_shards_; ++s) {
-      const auto path = ShardPath(s);
-      if (!fs::exists(path)) continue;
-      auto file = SafetensorsFile::Open(path);
-      if (!file.ok()) {
-        // A shard is renamed into place complete: a broken one was damaged afterwards.
-        return Failure{kExitDataError, "preprocess.output: " + file.status().ToString() +
-                                           " (delete it and resume)"};
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        if (auto f = CheckWrittenShard(b, s)) return f;
       }
-      auto it = (*file)->metadata().find("settings_hash");
-      if (it == (*file)->metadata().end() || it->second != settings_hash_) {
-        return Failure{kExitBadSpec, "preprocess.output: " + path +
-                                         " was made with other settings; use a new "
-                                         "preprocess.output or delete the old cache"};
-      }
-      if (s % o_.world_size == o_.rank) CountWrittenShard(**file);
     }
+    return std::nullopt;
+  }
+
+  // A shard file an earlier attempt wrote: readable, of these settings; counted when it is this
+  // rank's.
+  std::optional<Failure> CheckWrittenShard(size_t bucket, int64_t s) {
+    const auto path = ShardPath(bucket, s);
+    if (!fs::exists(path)) return std::nullopt;
+    auto file = SafetensorsFile::Open(path);
+    if (!file.ok()) {
+      // A shard is renamed into place complete: a broken one was damaged afterwards.
+      return Failure{kExitDataError,
+                     "preprocess.output: " + file.status().ToString() + " (delete it and resume)"};
+    }
+    auto it = (*file)->metadata().find("settings_hash");
+    if (it == (*file)->metadata().end() || it->second != settings_hash_) {
+      return Failure{kExitBadSpec, "preprocess.output: " + path +
+                                       " was made with other settings; use a new "
+                                       "preprocess.output or delete the old cache"};
+    }
+    // A shard some of whose bucket files are missing is encoded again, and counted then.
+    if (s % o_.world_size == o_.rank && ShardDone(s)) CountWrittenShard(**file);
     return std::nullopt;
   }
 
@@ -348,8 +390,23 @@ class Preprocess {
     });
   }
 
-  std::string ShardPath(int64_t shard) const {
-    return (fs::path(out_) / CacheShardName(shard)).string();
+  // The cache directory of bucket `b`: the output itself without preprocess.buckets.
+  std::string BucketDir(size_t b) const {
+    if (!bucketed_) return out_;
+    const PreprocessBucket& k = buckets_[b];
+    return (fs::path(out_) / CacheBucketDir(k.width, k.height, k.frames)).string();
+  }
+
+  std::string ShardPath(size_t bucket, int64_t shard) const {
+    return (fs::path(BucketDir(bucket)) / CacheShardName(shard)).string();
+  }
+
+  // Every bucket's file of the shard exists.
+  bool ShardDone(int64_t shard) const {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (!fs::exists(ShardPath(b, shard))) return false;
+    }
+    return true;
   }
 
   DecodedClip DecodeOne(int64_t row) const {
@@ -375,14 +432,16 @@ class Preprocess {
       return clip;
     }
     const int64_t length = reader->info().num_frames;
+    clip.bucket = NearestAspectBucket(reader->info().width, reader->info().height, buckets_);
+    const PreprocessBucket& bucket = buckets_[static_cast<size_t>(clip.bucket)];
+    const int frames = static_cast<int>(bucket.frames);
     // The windows depend only on the seed, the row and the window: any rank split gives the same
     // clips (window 0 is the clip of a one-window cache).
     const auto& p = spec_.preprocess;
-    for (int64_t start : WindowStarts(
-             length, static_cast<int>(d.frames), static_cast<int>(d.stride), p.windows_per_video,
-             p.window_placement == WindowPlacement::kUniform, d.seed, row)) {
-      auto indices =
-          SampleFrameIndices(length, static_cast<int>(d.frames), static_cast<int>(d.stride), start);
+    for (int64_t start :
+         WindowStarts(length, frames, static_cast<int>(d.stride), p.windows_per_video,
+                      p.window_placement == WindowPlacement::kUniform, d.seed, row)) {
+      auto indices = SampleFrameIndices(length, frames, static_cast<int>(d.stride), start);
       if (!indices.ok()) {
         clip.skip_reason = "unreadable";
         clip.skip_detail = ShortMessage(indices.status());
@@ -398,7 +457,7 @@ class Preprocess {
       }
       auto& f = *frames;
       auto u8 = torch::from_blob(f.data.data(), {f.num_frames, f.height, f.width, 3}, torch::kByte);
-      clip.windows.push_back(PrepareFrames(u8, d.sample_height, d.sample_width));
+      clip.windows.push_back(PrepareFrames(u8, bucket.height, bucket.width));
       clip.frames.push_back(std::move(*indices));
     }
     return clip;
@@ -426,19 +485,48 @@ class Preprocess {
     return EncodeCaptions(*text_encoder_, *tokenizer_, captions);
   }
 
+  // Rank 0: the empty caption's text state, in every bucket's cache.
   std::optional<Failure> WriteEmptyCaption() {
-    const fs::path path = fs::path(out_) / kEmptyCaptionFile;
-    if (o_.rank != 0 || fs::exists(path)) return std::nullopt;
-    auto state = EncodeText({""})[0].to(torch::kCPU, store_dtype_);
-    auto st = WriteShardAtomically(path.string(), {{"text_state", state}},
-                                   {{"format", "pt"}, {"settings_hash", settings_hash_}});
-    if (!st.ok()) return Failure{kExitCrash, st.ToString()};
+    if (o_.rank != 0) return std::nullopt;
+    torch::Tensor state;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const fs::path path = fs::path(BucketDir(b)) / kEmptyCaptionFile;
+      if (fs::exists(path)) continue;
+      if (!state.defined()) state = EncodeText({""})[0].to(torch::kCPU, store_dtype_);
+      auto st = WriteShardAtomically(path.string(), {{"text_state", state}},
+                                     {{"format", "pt"}, {"settings_hash", settings_hash_}});
+      if (!st.ok()) return Failure{kExitCrash, st.ToString()};
+    }
     return std::nullopt;
   }
 
-  // Encodes a decoded shard and writes it; returns the clips written.
+  // Encodes a decoded shard and writes each bucket's file of it; returns the clips written.
   Result<int64_t> EncodeAndWrite(int64_t shard, const std::vector<DecodedClip>& clips) {
-    Json ids = Json::array(), captions = Json::array(), skipped = Json::array();
+    Json skipped = Json::array();
+    for (const auto& c : clips) {
+      if (!c.skipped()) continue;
+      skipped.push_back(
+          {{"video_id", c.video_id}, {"reason", c.skip_reason}, {"detail", c.skip_detail}});
+      ++skipped_by_reason_[c.skip_reason];
+      if (skip_events_++ < 20) {
+        reporter_.OnEvent(EventLevel::kWarning, "skipped video " + c.video_id + " (" +
+                                                    c.skip_reason + "): " + c.skip_detail);
+      }
+    }
+    int64_t written = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      // The shard's skipped videos are recorded once, in the first bucket's file.
+      auto n = EncodeAndWriteBucket(shard, b, clips, b == 0 ? skipped : Json::array());
+      if (!n.ok()) return n.status();
+      written += *n;
+    }
+    return written;
+  }
+
+  // The clips of the shard that went to `bucket`, encoded and written as its shard file.
+  Result<int64_t> EncodeAndWriteBucket(int64_t shard, size_t bucket,
+                                       const std::vector<DecodedClip>& clips, const Json& skipped) {
+    Json ids = Json::array(), captions = Json::array();
     Json windows = Json::array(), frames = Json::array();
     std::vector<torch::Tensor> means, stds, flip_means, flip_stds;
     std::vector<std::string> texts;
@@ -453,16 +541,7 @@ class Preprocess {
                              .to(torch::kCPU, store_dtype_));
     };
     for (const auto& c : clips) {
-      if (c.skipped()) {
-        skipped.push_back(
-            {{"video_id", c.video_id}, {"reason", c.skip_reason}, {"detail", c.skip_detail}});
-        ++skipped_by_reason_[c.skip_reason];
-        if (skip_events_++ < 20) {
-          reporter_.OnEvent(EventLevel::kWarning, "skipped video " + c.video_id + " (" +
-                                                      c.skip_reason + "): " + c.skip_detail);
-        }
-        continue;
-      }
+      if (c.skipped() || static_cast<size_t>(c.bucket) != bucket) continue;
       for (size_t w = 0; w < c.windows.size(); ++w) {
         encode(c.windows[w], &means, &stds);
         // The VAE is not flip-equivariant: the flipped clip is encoded from flipped pixels.
@@ -484,7 +563,7 @@ class Preprocess {
       }
       tensors["text_states"] = EncodeText(texts).to(torch::kCPU, store_dtype_);
     }
-    ADCTL_RETURN_IF_ERROR(WriteShardAtomically(ShardPath(shard), tensors,
+    ADCTL_RETURN_IF_ERROR(WriteShardAtomically(ShardPath(bucket, shard), tensors,
                                                {{"format", "pt"},
                                                 {"settings_hash", settings_hash_},
                                                 {"video_ids", ids.dump()},
@@ -502,7 +581,7 @@ class Preprocess {
     int64_t mine = 0, done = 0;
     for (int64_t s = o_.rank; s < num_shards_; s += o_.world_size) {
       ++mine;
-      if (fs::exists(ShardPath(s))) {
+      if (ShardDone(s)) {
         ++done;  // its skips were counted by CheckExistingCache
       } else {
         todo.push_back(s);
@@ -577,47 +656,70 @@ class Preprocess {
     return (o_.stop_flag != nullptr && o_.stop_flag->load()) || reporter_.StopRequested();
   }
 
-  // Rank 0, after its own shards: waits for every shard, then writes index.json.
+  // Rank 0, after its own shards: waits for every shard, then writes index.json (each bucket's,
+  // then the bucketed cache's own).
   std::optional<Failure> WriteIndex() {
     for (;;) {
       int64_t missing = 0;
-      for (int64_t s = 0; s < num_shards_; ++s) missing += !fs::exists(ShardPath(s));
+      for (int64_t s = 0; s < num_shards_; ++s) missing += !ShardDone(s);
       if (missing == 0) break;
       if (StopRequested()) return Failure{kExitStopped, "preprocess: stop requested"};
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    LatentCacheIndex index;
-    index.settings = settings_;
-    index.settings_hash = settings_hash_;
-    index.scaling_factor = scaling_factor_;
-    for (int64_t s = 0; s < num_shards_; ++s) {
-      auto file = SafetensorsFile::Open(ShardPath(s));
-      if (!file.ok()) return Failure{kExitDataError, file.status().ToString()};
-      const auto& meta = (*file)->metadata();
-      int64_t clips = 0;
-      try {
-        clips = static_cast<int64_t>(Json::parse(meta.at("video_ids")).size());
-        for (const auto& skip : Json::parse(meta.at("skipped"))) {
-          ++index.skipped[skip.at("reason").get<std::string>()];
-          ++index.skipped_total;
+    LatentCacheIndex empty;
+    empty.settings = settings_;
+    empty.settings_hash = settings_hash_;
+    empty.scaling_factor = scaling_factor_;
+    LatentCacheIndex top = empty;
+    std::string per_bucket;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      LatentCacheIndex index = empty;
+      for (int64_t s = 0; s < num_shards_; ++s) {
+        const std::string path = ShardPath(b, s);
+        auto file = SafetensorsFile::Open(path);
+        if (!file.ok()) return Failure{kExitDataError, file.status().ToString()};
+        const auto& meta = (*file)->metadata();
+        int64_t clips = 0;
+        try {
+          clips = static_cast<int64_t>(Json::parse(meta.at("video_ids")).size());
+          for (const auto& skip : Json::parse(meta.at("skipped"))) {
+            ++index.skipped[skip.at("reason").get<std::string>()];
+            ++index.skipped_total;
+          }
+        } catch (const std::exception& e) {
+          return Failure{kExitDataError, path + ": bad shard metadata: " + e.what()};
         }
-      } catch (const std::exception& e) {
-        return Failure{kExitDataError, ShardPath(s) + ": bad shard metadata: " + e.what()};
+        index.shards.push_back({CacheShardName(s), clips});
+        index.clips += clips;
       }
-      index.shards.push_back({CacheShardName(s), clips});
-      index.clips += clips;
+      if (!bucketed_) {
+        top = std::move(index);
+        break;
+      }
+      auto st = WriteLatentCacheIndex(BucketDir(b), index);
+      if (!st.ok()) return Failure{kExitCrash, st.ToString()};
+      const PreprocessBucket& k = buckets_[b];
+      top.buckets.push_back(
+          {CacheBucketDir(k.width, k.height, k.frames), k.width, k.height, k.frames, index.clips});
+      top.clips += index.clips;
+      for (const auto& [reason, n] : index.skipped) top.skipped[reason] += n;
+      top.skipped_total += index.skipped_total;
+      per_bucket += std::string(per_bucket.empty() ? "" : ", ") + std::to_string(index.clips) +
+                    " of " + std::to_string(k.frames) + "x" + std::to_string(k.height) + "x" +
+                    std::to_string(k.width);
     }
-    auto st = WriteLatentCacheIndex(out_, index);
+    auto st = WriteLatentCacheIndex(out_, top);
     if (!st.ok()) return Failure{kExitCrash, st.ToString()};
     std::string skipped;
-    for (const auto& [reason, n] : index.skipped) {
+    for (const auto& [reason, n] : top.skipped) {
       skipped += (skipped.empty() ? "" : ", ") + reason + " " + std::to_string(n);
     }
-    const std::string summary = std::to_string(index.clips) + " clips in " +
-                                std::to_string(num_shards_) + " shards, " +
-                                std::to_string(index.skipped_total) + " videos skipped" +
-                                (skipped.empty() ? "" : " (" + skipped + ")");
-    if (index.clips == 0) {
+    const std::string summary =
+        std::to_string(top.clips) + " clips in " + std::to_string(num_shards_) + " shards" +
+        (per_bucket.empty() ? "" : " (frames x height x width: " + per_bucket + ")") + ", " +
+        std::to_string(top.skipped_total) + " videos skipped" +
+        (skipped.empty() ? "" : " (" + skipped + ")");
+    if (top.clips == 0) {
       return Failure{kExitDataError, "preprocess: no usable clip in the dataset: " + summary};
     }
     reporter_.OnEvent(EventLevel::kInfo, "preprocess: cache complete: " + summary + " in " + out_);
@@ -630,6 +732,9 @@ class Preprocess {
   const std::string out_;
   std::vector<VideoEntry> entries_;
   int64_t shard_size_ = 1, num_shards_ = 0;
+  // preprocess.buckets, or the one shape data.sample_width × sample_height × frames.
+  std::vector<PreprocessBucket> buckets_;
+  bool bucketed_ = false;
   Json settings_;
   std::string settings_hash_;
   double scaling_factor_ = 0.18215;

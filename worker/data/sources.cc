@@ -108,6 +108,58 @@ bool ConcatDataset::has_empty_caption() const {
 
 // ---- SourceMix -------------------------------------------------------------------------------
 
+namespace {
+
+// The clips of one shape bucket of a dataset, as a dataset of that one shape.
+class BucketPart : public SubsetDataset {
+ public:
+  BucketPart(std::shared_ptr<const LatentDataset> base, int bucket, std::vector<int64_t> indices)
+      : SubsetDataset(base, std::move(indices)), shape_(base->bucket_shape(bucket)) {}
+  const LatentShape& shape() const override { return shape_; }
+  int buckets() const override { return 1; }
+  int bucket(int64_t index) const override {
+    (void)index;
+    return 0;
+  }
+  const LatentShape& bucket_shape(int b) const override {
+    (void)b;
+    return shape_;
+  }
+
+ private:
+  LatentShape shape_;
+};
+
+}  // namespace
+
+std::vector<SourceMix::Source> SourceMix::SplitByBucket(std::vector<Source> sources) {
+  std::vector<Source> out;
+  for (Source& s : sources) {
+    const int buckets = s.clips->buckets();
+    if (buckets <= 1) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    std::vector<std::vector<int64_t>> members(static_cast<size_t>(buckets));
+    for (int64_t k = 0; k < s.clips->size(); ++k) {
+      members[static_cast<size_t>(s.clips->bucket(k))].push_back(k);
+    }
+    const double size = static_cast<double>(s.clips->size());
+    for (int b = 0; b < buckets; ++b) {
+      std::vector<int64_t>& clips = members[static_cast<size_t>(b)];
+      if (clips.empty()) continue;
+      const double share = static_cast<double>(clips.size()) / size;
+      Source part;
+      part.name = s.name + " [" + BucketName(s.clips->bucket_shape(b)) + "]";
+      part.weight = s.weight * share;
+      part.repeats = s.repeats;
+      part.clips = std::make_shared<BucketPart>(s.clips, b, std::move(clips));
+      out.push_back(std::move(part));
+    }
+  }
+  return out;
+}
+
 Result<std::unique_ptr<SourceMix>> SourceMix::Create(std::vector<Source> sources, uint64_t seed) {
   if (sources.empty()) return InvalidArgument("data.sources: no source");
   const LatentShape& first = sources.front().clips->shape();
@@ -120,16 +172,12 @@ Result<std::unique_ptr<SourceMix>> SourceMix::Create(std::vector<Source> sources
                              ": the sources of a mix must agree on latent channels and text "
                              "states (frames and latent size may differ: shape buckets)");
     }
-    if (sources[i].clips->buckets() > 1) {
-      return InvalidArgument("data.sources[" + std::to_string(i) + "]: " + sources[i].name +
-                             " holds clips of " + std::to_string(sources[i].clips->buckets()) +
-                             " shapes; a source of a mix must be of one shape");
-    }
     if (sources[i].clips->size() == 0) {
       return InvalidArgument("data.sources[" + std::to_string(i) + "]: " + sources[i].name +
                              " has no clip to train on");
     }
   }
+  sources = SplitByBucket(std::move(sources));
   std::vector<int64_t> slots;
   if (sources.front().weight > 0) {
     int64_t clips = 0;

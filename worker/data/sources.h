@@ -12,7 +12,9 @@
 //
 // Sources whose clips differ in frames or latent size are shape buckets: slot k's bucket is its
 // source's, the same every epoch, and the sampler draws each batch from one bucket. They must
-// agree on the latent channels and the text states.
+// agree on the latent channels and the text states. A source of several shapes (a cache made
+// with preprocess.buckets) enters the mix as one source a bucket, each with the source's
+// repeats, or its weight shared in proportion to the buckets' clips.
 //
 // The hold-out (`eval.holdout_clips`) is taken from every source in proportion to its clips,
 // each part drawn by eval.seed (SplitHoldout), and never trained on.
@@ -118,7 +120,7 @@ class SourceMix : public LatentDataset {
     int64_t repeats = 0;
   };
   // InvalidArgument naming the source when the sources disagree on latent channels or text
-  // states, or a source has clips of several shapes.
+  // states, or a source has no clip.
   static Result<std::unique_ptr<SourceMix>> Create(std::vector<Source> sources, uint64_t seed);
 
   int64_t size() const override { return offsets_.back(); }
@@ -150,6 +152,8 @@ class SourceMix : public LatentDataset {
 
  private:
   SourceMix(std::vector<Source> sources, std::vector<int64_t> slots, uint64_t seed);
+  // Each source of several shapes as one source a bucket ("path [16x32x48]").
+  static std::vector<Source> SplitByBucket(std::vector<Source> sources);
   size_t SourceOf(int64_t index) const;  // the source whose slots hold `index`
 
   std::vector<Source> sources_;
