@@ -152,5 +152,6 @@ export const api = {
   checkpoints: (id: string) => call<pb.ListCheckpointsResponse>("GET", `${jobPath(id)}/checkpoints`),
   samples: (id: string) => call<pb.ListSamplesResponse>("GET", `${jobPath(id)}/samples`),
   exports: (id: string) => call<pb.ListExportsResponse>("GET", `${jobPath(id)}/exports`),
-  command: (id: string, command: "cancel" | "pause" | "resume") => call<Job>("POST", `${jobPath(id)}/${command}`),
+  // A job command (cancel, pause, resume: the page's list, job_view.ts), POST .../<command>.
+  command: (id: string, command: string) => call<Job>("POST", `${jobPath(id)}/${command}`),
 };
