@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -202,6 +203,51 @@ TEST(VideoRoundTripTest, Mp4H264FrameCountSizeAndPixels) {
   VideoResult<RgbFrames> threaded_all = threaded->ReadAll();
   ASSERT_TRUE(threaded_all.ok());
   EXPECT_EQ(threaded_all->data, all->data);
+}
+
+// A phone's portrait video: frames stored landscape with a display matrix that turns them. The
+// reader gives the displayed size and upright frames, the stored ones turned by hand here.
+TEST(VideoRoundTripTest, ADisplayMatrixTurnsTheFramesUpright) {
+  TempDir dir;
+  const RgbFrames clip = TestClip(6, 48, 64);
+  for (int rotation : {90, 180, 270}) {
+    SCOPED_TRACE(rotation);
+    const std::string path = dir.file("turned-" + std::to_string(rotation) + ".mp4");
+    Mp4Options options;
+    options.rotation = rotation;
+    ASSERT_TRUE(WriteMp4(path, clip, 12, options).ok());
+    VideoResult<VideoReader> reader = VideoReader::Open(path);
+    ASSERT_TRUE(reader.ok()) << reader.ToString();
+    EXPECT_EQ(reader->info().rotation, rotation);
+    const bool quarter = rotation != 180;
+    EXPECT_EQ(reader->info().width, quarter ? 48 : 64);
+    EXPECT_EQ(reader->info().height, quarter ? 64 : 48);
+    // Stored pixel (y, x) is shown at: 90° clockwise (x, h-1-y), 180° (h-1-y, w-1-x),
+    // 270° (w-1-x, y).
+    RgbFrames upright(clip.num_frames, reader->info().height, reader->info().width);
+    for (int f = 0; f < clip.num_frames; ++f) {
+      for (int y = 0; y < clip.height; ++y) {
+        for (int x = 0; x < clip.width; ++x) {
+          const int dy = rotation == 90    ? x
+                         : rotation == 180 ? clip.height - 1 - y
+                                           : clip.width - 1 - x;
+          const int dx = rotation == 90    ? clip.height - 1 - y
+                         : rotation == 180 ? clip.width - 1 - x
+                                           : y;
+          std::memcpy(upright.pixel(f, dy, dx), clip.pixel(f, y, x), 3);
+        }
+      }
+    }
+    VideoResult<RgbFrames> all = reader->ReadAll();
+    ASSERT_TRUE(all.ok()) << all.ToString();
+    ExpectClose(upright, *all, 6.0);
+  }
+  Mp4Options crooked;
+  crooked.rotation = 45;
+  EXPECT_NE(WriteMp4(dir.file("crooked.mp4"), clip, 12, crooked)
+                .message()
+                .find("rotation must be 0, 90, 180 or 270 degrees, got 45"),
+            std::string::npos);
 }
 
 TEST(VideoRoundTripTest, Mp4Mpeg4Part2) {

@@ -8,6 +8,10 @@
 #include "worker/video/ffmpeg_log.h"
 #include "worker/video/ffmpeg_util.h"
 
+extern "C" {
+#include <libavutil/display.h>
+}
+
 namespace adctl {
 
 namespace {
@@ -21,6 +25,39 @@ VideoResult<T> Fail(VideoError error, const std::string& message) {
       return {error, FailedPrecondition(message)};
     default:
       return {error, DataLoss(message)};
+  }
+}
+
+// The clockwise quarter turns a player applies to the stream's frames (its display matrix), in
+// degrees: 0, 90, 180 or 270.
+int DisplayRotation(const AVStream* stream) {
+  size_t size = 0;
+  const uint8_t* matrix = av_stream_get_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX, &size);
+  if (matrix == nullptr || size < 9 * sizeof(int32_t)) return 0;
+  const double counter_clockwise =
+      av_display_rotation_get(reinterpret_cast<const int32_t*>(matrix));
+  if (!std::isfinite(counter_clockwise)) return 0;
+  const long quarter_turns = std::lround(-counter_clockwise / 90.0);
+  return static_cast<int>(((quarter_turns % 4) + 4) % 4) * 90;
+}
+
+// `src`, an RGB24 image of h × w, turned clockwise by `degrees` (90, 180, 270) into `dst`
+// (w × h for a quarter turn).
+void RotateRgb(const uint8_t* src, int h, int w, int degrees, uint8_t* dst) {
+  const int dst_w = degrees == 180 ? w : h;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      int dy = h - 1 - y, dx = w - 1 - x;  // 180
+      if (degrees == 90) {
+        dy = x;
+        dx = h - 1 - y;
+      } else if (degrees == 270) {
+        dy = w - 1 - x;
+        dx = y;
+      }
+      std::memcpy(dst + (static_cast<size_t>(dy) * dst_w + dx) * 3,
+                  src + (static_cast<size_t>(y) * w + x) * 3, 3);
+    }
   }
 }
 
@@ -133,8 +170,10 @@ VideoResult<VideoReader> VideoReader::Open(const std::string& path,
   AVStream* stream = impl.format->streams[impl.stream_index];
 
   VideoInfo& info = reader.info_;
-  info.width = impl.codec->width;
-  info.height = impl.codec->height;
+  info.rotation = DisplayRotation(stream);
+  const bool quarter_turn = info.rotation == 90 || info.rotation == 270;
+  info.width = quarter_turn ? impl.codec->height : impl.codec->width;
+  info.height = quarter_turn ? impl.codec->width : impl.codec->height;
   info.codec = impl.codec->codec->name;
   AVRational rate = av_guess_frame_rate(impl.format.get(), stream, nullptr);
   info.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
@@ -220,6 +259,10 @@ VideoResult<RgbFrames> VideoReader::ReadFrames(const std::vector<int64_t>& indic
   }
   const int H = info_.height, W = info_.width;
   RgbFrames out(static_cast<int>(indices.size()), H, W);
+  // A turned stream is converted at its coded size into `coded`, then turned into place.
+  const bool quarter_turn = info_.rotation == 90 || info_.rotation == 270;
+  const int coded_h = quarter_turn ? W : H, coded_w = quarter_turn ? H : W;
+  std::vector<uint8_t> coded(info_.rotation != 0 ? RgbFrames::FrameBytes(coded_h, coded_w) : 0);
   if (indices.empty()) return out;
   if (indices.back() >= info_.num_frames) {
     return Fail<RgbFrames>(VideoError::kTooShort, path_ + ": frame " +
@@ -260,18 +303,22 @@ VideoResult<RgbFrames> VideoReader::ReadFrames(const std::vector<int64_t>& indic
           std::memcpy(out.frame(next), out.frame(next - 1), out.frame_bytes());
         } else {
           impl.sws.reset(sws_getCachedContext(impl.sws.release(), frame->width, frame->height,
-                                              static_cast<AVPixelFormat>(frame->format), W, H,
-                                              AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr,
-                                              nullptr));
+                                              static_cast<AVPixelFormat>(frame->format), coded_w,
+                                              coded_h, AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr,
+                                              nullptr, nullptr));
           if (impl.sws) UseFrameColourMatrix(impl.sws.get(), frame.get());
-          uint8_t* dst[4] = {out.frame(next), nullptr, nullptr, nullptr};
-          int dst_stride[4] = {W * 3, 0, 0, 0};
+          uint8_t* dst[4] = {coded.empty() ? out.frame(next) : coded.data(), nullptr, nullptr,
+                             nullptr};
+          int dst_stride[4] = {coded_w * 3, 0, 0, 0};
           if (!impl.sws || sws_scale(impl.sws.get(), frame->data, frame->linesize, 0, frame->height,
                                      dst, dst_stride) <= 0) {
             convert_error = "cannot convert frame " + std::to_string(decoded) + " (" +
                             ffmpeg::PixelFormatName(frame->format) + ") to RGB";
             av_frame_unref(frame.get());
             return false;
+          }
+          if (!coded.empty()) {
+            RotateRgb(coded.data(), coded_h, coded_w, info_.rotation, out.frame(next));
           }
           converted = true;
         }

@@ -12,7 +12,9 @@
 // seeking to the keyframe before the first index is a possible speed-up for long videos). YUV
 // frames are converted with the matrix and range they are tagged with (BT.601 limited range when
 // untagged), as FFmpeg's scale filter does by default (decord converts through it); a frame whose
-// size differs from the stream's is scaled to the stream's size.
+// size differs from the stream's is scaled to the stream's size. A stream with a display matrix
+// of a quarter turn (phones' portrait video) is read upright: `info()` gives the displayed size,
+// and ReadFrames turns each frame as a player would (a mirroring matrix is not applied).
 // A packet the decoder rejects is skipped, as ffmpeg(1) does; what fails is classified
 // (video_error.h): the file ends before the needed frames → kTruncated, nothing decodes →
 // kUnreadable.
@@ -42,8 +44,9 @@ struct VideoReaderOptions {
 struct VideoInfo {
   int64_t num_frames = 0;
   double fps = 0;
-  int width = 0;
+  int width = 0;  // as displayed: the coded size turned by `rotation`
   int height = 0;
+  int rotation = 0;  // clockwise degrees the display matrix turns the coded frames: 0, 90, 180, 270
   std::string codec;                // decoder name, e.g. "h264"
   bool frames_from_header = false;  // num_frames is the container's nb_frames (else counted)
 };

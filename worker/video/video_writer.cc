@@ -9,6 +9,7 @@
 #include "worker/video/ffmpeg_util.h"
 
 extern "C" {
+#include <libavutil/display.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/opt.h>
 }
@@ -26,6 +27,7 @@ struct EncoderSetup {
   AVRational encoder_time_base;
   std::function<void(AVCodecContext*)> configure;  // codec options
   AVDictionary* muxer_options = nullptr;           // owned; freed by Encode
+  int rotation = 0;                                // display matrix: clockwise degrees
 };
 
 Status CheckClip(const std::string& path, const RgbFrames& frames, double fps) {
@@ -76,6 +78,13 @@ Status Encode(const std::string& path, const RgbFrames& frames, EncoderSetup set
   if (rc < 0) return fail("codec parameters", rc);
   stream->time_base = encoder->time_base;
   stream->avg_frame_rate = encoder->framerate;
+  if (setup.rotation != 0) {
+    uint8_t* matrix =
+        av_stream_new_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX, 9 * sizeof(int32_t));
+    if (matrix == nullptr) return Internal(path + ": out of memory");
+    // Set takes the clockwise angle (av_display_rotation_get gives it back counter-clockwise).
+    av_display_rotation_set(reinterpret_cast<int32_t*>(matrix), setup.rotation);
+  }
 
   rc = avio_open(&output->pb, path.c_str(), AVIO_FLAG_WRITE);
   if (rc < 0) return fail("cannot create the file", rc);
@@ -243,6 +252,11 @@ Status WriteMp4(const std::string& path, const RgbFrames& frames, double fps,
     return InvalidArgument(path + ": MP4 (yuv420p) needs even width and height, got " +
                            std::to_string(frames.width) + "x" + std::to_string(frames.height));
   }
+  if (options.rotation != 0 && options.rotation != 90 && options.rotation != 180 &&
+      options.rotation != 270) {
+    return InvalidArgument(path + ": rotation must be 0, 90, 180 or 270 degrees, got " +
+                           std::to_string(options.rotation));
+  }
   bool h264 = options.codec == Mp4Codec::kH264 ||
               (options.codec == Mp4Codec::kAuto && DefaultMp4Encoder() == "libx264");
   const AVCodec* codec =
@@ -254,6 +268,7 @@ Status WriteMp4(const std::string& path, const RgbFrames& frames, double fps,
   EncoderSetup setup;
   setup.muxer = "mp4";
   setup.codec = codec;
+  setup.rotation = options.rotation;
   setup.pix_fmt = AV_PIX_FMT_YUV420P;
   setup.encoder_time_base = av_inv_q(av_d2q(fps, 100000));
   setup.configure = [&](AVCodecContext* encoder) {

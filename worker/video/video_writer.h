@@ -30,6 +30,9 @@ struct Mp4Options {
   int mpeg4_qscale = 3;                        // MPEG-4 fixed quantiser, 1..31 (lower = better)
   int threads = 1;                             // encoder threads; 1 gives a reproducible bitstream
   ColourMatrix matrix = ColourMatrix::kBt601;  // SD convention; kBt709 for HD
+  // Degrees a player turns the stored frames clockwise for display (0, 90, 180, 270), written as
+  // the stream's display matrix, as phones record portrait video.
+  int rotation = 0;
 };
 
 // The encoder kAuto picks: "libx264" or "mpeg4".
